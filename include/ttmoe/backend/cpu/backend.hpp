@@ -1,0 +1,21 @@
+#pragma once
+// Backend<cpu>: the CPU kernels (xsimd elementwise, Eigen/CBLAS GEMM, reductions, index copies)
+// bound to the device-generic op layer.
+
+#include "ttmoe/backend/backend.hpp"
+#include "ttmoe/backend/cpu/elementwise.hpp"
+#include "ttmoe/backend/cpu/gemm.hpp"
+#include "ttmoe/backend/cpu/indexing.hpp"
+#include "ttmoe/backend/cpu/reduce.hpp"
+#include "ttmoe/core/device.hpp"
+
+namespace ttmoe {
+
+/// The CPU kernels.
+template <>
+struct Backend<cpu> : cpu_backend::ElementwiseKernels,
+                      cpu_backend::GemmKernels,
+                      cpu_backend::ReduceKernels,
+                      cpu_backend::IndexKernels {};
+
+}  // namespace ttmoe

@@ -1,0 +1,182 @@
+#pragma once
+// The one parallel runtime of the CPU backend: a fixed pool of worker threads plus the calling thread.
+// Elementwise loops, reductions and GEMM all split their work here, so there is never more than one
+// thread per core (no OpenMP + BLAS + Eigen oversubscription). Nested calls run serially.
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ttmoe/core/config.hpp"
+
+namespace ttmoe::cpu_backend {
+
+/// A fixed-size pool running one job at a time over all its threads.
+class ThreadPool {
+ public:
+  /// The process-wide pool. Size: $TTMOE_NUM_THREADS, else the number of hardware threads.
+  static ThreadPool& instance() {
+    static ThreadPool pool(default_threads());
+    return pool;
+  }
+
+  explicit ThreadPool(std::size_t threads) { start(threads); }
+  ~ThreadPool() { stop(); }
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  /// Threads that share a job (workers + the caller).
+  std::size_t num_threads() const noexcept { return workers_.size() + 1; }
+
+  /// Resizes the pool (not from inside a parallel region).
+  void set_num_threads(std::size_t n) {
+    stop();
+    start(std::max<std::size_t>(1, n));
+  }
+
+  /// Runs f(thread_index, num_threads) on every pool thread and waits. Exceptions are rethrown.
+  void run_on_all(const std::function<void(std::size_t, std::size_t)>& f) {
+    const std::size_t nt = num_threads();
+    if (nt == 1 || in_parallel()) {
+      f(0, 1);
+      return;
+    }
+    std::unique_lock lock(mutex_);
+    job_ = &f;
+    error_ = nullptr;
+    pending_.store(nt - 1, std::memory_order_relaxed);
+    ++generation_;
+    lock.unlock();
+    wake_.notify_all();
+    {
+      ParallelScope scope;
+      try {
+        f(0, nt);
+      } catch (...) {
+        record_error();
+      }
+    }
+    // Spin briefly (the other core usually finishes within microseconds), then block.
+    for (int i = 0; i < 20000 && pending_.load(std::memory_order_acquire) != 0; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    lock.lock();
+    done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    job_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  /// Splits [0, n) into one contiguous range per thread (multiples of `grain` elements) and runs
+  /// f(begin, end) on each; small n runs inline on the caller.
+  template <class F>
+  void parallel_for(index_t n, index_t grain, F&& f) {
+    if (n == 0) return;
+    grain = std::max<index_t>(grain, 1);
+    const std::size_t nt = num_threads();
+    if (nt == 1 || n <= grain || in_parallel()) {
+      f(index_t{0}, n);
+      return;
+    }
+    const index_t chunks = std::min<index_t>(nt, (n + grain - 1) / grain);
+    index_t per = (n + chunks - 1) / chunks;
+    per = (per + grain - 1) / grain * grain;
+    run_on_all([&](std::size_t t, std::size_t) {
+      const index_t b = std::min<index_t>(n, t * per), e = std::min<index_t>(n, b + per);
+      if (b < e) f(b, e);
+    });
+  }
+
+  /// True inside a pool job (nested parallel calls then run serially).
+  static bool in_parallel() noexcept { return parallel_depth() > 0; }
+
+ private:
+  struct ParallelScope {
+    ParallelScope() { ++parallel_depth(); }
+    ~ParallelScope() { --parallel_depth(); }
+  };
+  static int& parallel_depth() noexcept {
+    thread_local int depth = 0;
+    return depth;
+  }
+  static std::size_t default_threads() {
+    if (const char* env = std::getenv("TTMOE_NUM_THREADS")) {
+      const long v = std::strtol(env, nullptr, 10);
+      if (v > 0) return static_cast<std::size_t>(v);
+    }
+    return std::max(1u, std::thread::hardware_concurrency());
+  }
+  void start(std::size_t threads) {
+    quit_ = false;
+    for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      quit_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+  }
+  void record_error() {
+    std::lock_guard lock(error_mutex_);
+    if (!error_) error_ = std::current_exception();
+  }
+  void worker(std::size_t index) {
+    std::size_t seen = 0;
+    for (;;) {
+      const std::function<void(std::size_t, std::size_t)>* job;
+      std::size_t nt;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return quit_ || generation_ != seen; });
+        if (quit_) return;
+        seen = generation_;
+        job = job_;
+        nt = workers_.size() + 1;
+      }
+      {
+        ParallelScope scope;
+        try {
+          (*job)(index, nt);
+        } catch (...) {
+          record_error();
+        }
+      }
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard lock(mutex_);
+        done_.notify_one();
+      }
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_, error_mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void(std::size_t, std::size_t)>* job_ = nullptr;
+  std::exception_ptr error_;
+  std::atomic<std::size_t> pending_{0};
+  std::size_t generation_ = 0;
+  bool quit_ = false;
+};
+
+/// Convenience: ThreadPool::instance().parallel_for(n, grain, f).
+template <class F>
+void parallel_for(index_t n, index_t grain, F&& f) {
+  ThreadPool::instance().parallel_for(n, grain, std::forward<F>(f));
+}
+
+/// Sets the number of threads ttmoe uses on the CPU.
+inline void set_num_threads(std::size_t n) { ThreadPool::instance().set_num_threads(n); }
+/// Number of threads ttmoe uses on the CPU.
+inline std::size_t num_threads() { return ThreadPool::instance().num_threads(); }
+
+}  // namespace ttmoe::cpu_backend

@@ -1,0 +1,95 @@
+// Read-only memory mapping of a whole file (POSIX), owned RAII-style.
+//
+// Checkpoints can be gigabytes; mapping lets the reader validate the header and copy out only
+// the tensors asked for, with the kernel paging data in on demand instead of one big read.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "ttmoe/io/safetensors_error.hpp"
+
+namespace ttmoe::io::detail {
+
+/// A read-only private mapping of an entire regular file. Movable, not copyable; unmaps on
+/// destruction. An empty file has no mapping (mmap rejects length 0) and an empty bytes() span.
+/// If another process truncates the file while it is mapped, touching the lost pages raises
+/// SIGBUS; that is inherent to mmap and the reason callers should not rewrite files in place
+/// (SafetensorsWriter replaces them atomically instead).
+class MappedFile {
+ public:
+  MappedFile() = default;
+
+  /// Maps `path`; throws SafetensorsError{Io} naming the path and the OS reason on failure.
+  explicit MappedFile(const std::filesystem::path& path) {
+    const std::string label = path.string();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw_errno(label, "cannot open for reading");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      throw_errno(label, "cannot stat");
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw SafetensorsError(ErrorKind::Io, label, "not a regular file");
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        ::close(fd);
+        errno = err;
+        size_ = 0;
+        throw_errno(label, "cannot mmap");
+      }
+      data_ = static_cast<const std::byte*>(p);
+    }
+    ::close(fd);  // the mapping keeps the file alive; the descriptor is no longer needed
+  }
+
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile(MappedFile&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  MappedFile& operator=(MappedFile&& other) noexcept {
+    if (this != &other) {
+      unmap();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+  ~MappedFile() { unmap(); }
+
+  /// The mapped bytes; valid until this object is destroyed or assigned (moves keep the address).
+  [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+
+ private:
+  [[noreturn]] static void throw_errno(const std::string& label, const char* what) {
+    throw SafetensorsError(ErrorKind::Io, label, std::string(what) + ": " + std::strerror(errno));
+  }
+  void unmap() noexcept {
+    if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace ttmoe::io::detail
