@@ -169,6 +169,11 @@ class Tensor {
   void retain_grad() const {
     if (meta_) meta_->retain_grad();
   }
+  /// A rank-1 view of all elements that SHARES this tensor's gradient metadata (for optimisers and
+  /// other code that treats parameters of any shape alike).
+  Tensor<T, Shape<dyn>, D> flat_view() const {
+    return Tensor<T, Shape<dyn>, D>::from_parts(buf_, data_, Shape<dyn>(numel()), meta_);
+  }
   /// Autograd metadata (null when no gradient is needed).
   const std::shared_ptr<Meta>& meta() const noexcept { return meta_; }
 
