@@ -130,7 +130,7 @@ struct Expr {
   template <std::size_t R>
   auto kernel(const std::array<index_t, R>& out) const {
     return std::apply(
-        [&](const auto&... x) { return OpKernel<Op, decltype(x.kernel(out))...>{{x.kernel(out)...}}; }, args);
+        [&](const auto&... x) { return OpKernel<Op, decltype(x.kernel(out))...>{make_ktuple(x.kernel(out)...), true}; }, args);
   }
   template <std::size_t R, class D>
   auto backward_kernel(const std::array<index_t, R>& out, bool needed, BackwardPlan<value_type, D>& plan) const {
@@ -138,7 +138,7 @@ struct Expr {
     auto k = std::apply(
         [&](const auto&... x) {
           return OpKernel<Op, decltype(x.backward_kernel(out, live, plan))...>{
-              {x.backward_kernel(out, live, plan)...}};
+              make_ktuple(x.backward_kernel(out, live, plan)...), live};
         },
         args);
     k.active = live;

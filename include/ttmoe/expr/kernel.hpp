@@ -23,6 +23,12 @@ struct KTuple<K, Ks...> {
   K head;
   KTuple<Ks...> tail;
 };
+/// Builds a KTuple (nested aggregate) from its elements.
+TTMOE_HD constexpr KTuple<> make_ktuple() { return {}; }
+template <class K, class... Ks>
+TTMOE_HD constexpr KTuple<K, Ks...> make_ktuple(K k, Ks... ks) {
+  return {k, make_ktuple(ks...)};
+}
 /// I-th element of a KTuple.
 template <std::size_t I, class Tup>
 TTMOE_HD constexpr auto& kget(Tup& t) {

@@ -61,7 +61,8 @@ template <bool TA = false, bool TB = false, class T, ShapeType SA, ShapeType SB,
 auto matmul(const Tensor<T, SA, D>& a, const Tensor<T, SB, D>& b) {
   using SO = typename detail::matmul_shape<SA, SB, TA, TB>::type;
   constexpr std::size_t RA = SA::rank, RB = SB::rank;
-  const auto ea = a.extents(), eb = b.extents();
+  const auto ea = a.extents();  // separate declarations: the two deduce different types
+  const auto eb = b.extents();
   const index_t M = ea[TA ? RA - 1 : RA - 2], K = ea[TA ? RA - 2 : RA - 1];
   const index_t KB = eb[TB ? RB - 1 : RB - 2], N = eb[TB ? RB - 2 : RB - 1];
   auto fail = [&](const std::string& why) {

@@ -2,6 +2,7 @@
 // The one way an op records itself: `record(name, out, vjp)` gives `out` fresh gradient metadata and
 // pushes the VJP closure onto the active tape. The closure captures exactly what its VJP reads.
 
+#include "ttmoe/backend/cpu/backend.hpp"
 #include "ttmoe/core/tensor.hpp"
 
 namespace ttmoe {

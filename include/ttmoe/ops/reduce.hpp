@@ -70,10 +70,7 @@ template <class X>
   requires expr::Operand<X>
 auto sum_all(const X& xin, typename std::remove_cvref_t<X>::value_type scale = 1) {
   auto x = eval(xin);
-  using TX = std::remove_cvref_t<decltype(x)>;
-  auto flat = x.reshape(Shape<dyn>(x.numel()));
-  auto s = sum<0>(flat, scale);  // rank 0
-  return s;
+  return sum<0>(x.reshape(Shape<dyn>(x.numel())), scale);  // rank 0
 }
 /// Mean of every element, as a rank-0 tensor.
 template <class X>
