@@ -16,14 +16,22 @@
 
 namespace ttmoe::corruptions {
 
-/// The reference's disk(): an aliased disk of the given radius on a (2R+1)^2 grid (R = 8 for
-/// radius <= 8, else ceil(radius)), normalised, then smoothed by OpenCV GaussianBlur with a
-/// 3x3 (radius <= 8) or 5x5 kernel of sigma `alias_blur` to soften its staircase edge.
-/// Returns the kernel with all-zero border rows/columns trimmed (they do not change the result)
-/// and its side length.
-inline std::pair<std::vector<float>, int> defocus_disk(double radius, double alias_blur) {
-  const int R = radius <= 8.0 ? 8 : static_cast<int>(std::ceil(radius));
-  const int ksize = radius <= 8.0 ? 3 : 5;
+/// The reference's disk() at length scale `scale`: an aliased disk of radius radius*scale on a
+/// (2R+1)^2 grid, normalised, then smoothed by an OpenCV GaussianBlur (reflect-101 borders) of
+/// sigma alias_blur*scale. The reference uses R = 8 and a 3x3 blur for radius <= 8, else
+/// R = radius and a 5x5 blur; both sizes are scaled here too (R = ceil(8 or radius, times scale),
+/// blur half-width round(1 or 2, times scale)), so that at scale 1 the kernel is the
+/// reference's, including a quirk: for radius >= 8 the disk touches the grid edge, where the
+/// reflecting blur keeps the rim bright and the kernel sums to about 1.01 (severities 4-5
+/// brighten by about 1%), and at other scales the kernel is that kernel resampled.
+/// Returns the kernel with all-zero border rings trimmed (they do not change the result) and
+/// its side length.
+inline std::pair<std::vector<float>, int> defocus_disk(double radius, double alias_blur, double scale = 1.0) {
+  const bool small = radius <= 8.0;
+  const int R = std::max(1, static_cast<int>(std::ceil((small ? 8.0 : radius) * scale - 1e-9)));
+  const int ksize = 2 * std::max(1, static_cast<int>(std::lround((small ? 1.0 : 2.0) * scale))) + 1;
+  alias_blur *= scale;
+  radius *= scale;
   const int n = 2 * R + 1;
   Image disk = make_image(n, n, 1);
   double total = 0.0;
@@ -78,7 +86,7 @@ inline Image defocus_blur(const Image& im, int severity, std::uint64_t /*seed: d
   static constexpr std::array<P, 5> cifar{P{.3, .4}, P{.4, .5}, P{.5, .6}, P{1, .2}, P{1.5, .1}};
   const auto sc = corruption_scale(im, opt.table);
   const P& c = corruption_detail::pick(imagenet, cifar, sc, severity);
-  const auto [kernel, side] = defocus_disk(c[0] * sc.scale, c[1] * sc.scale);
+  const auto [kernel, side] = defocus_disk(c[0], c[1], sc.scale);
   Image out = imgops::filter2d(im, kernel, side, side, imgops::Border::reflect101);
   imgops::clip01(out);
   return out;

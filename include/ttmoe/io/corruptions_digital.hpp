@@ -84,7 +84,7 @@ inline Image elastic_transform(const Image& im, int severity, std::uint64_t seed
 
   // Random affine: the reference's three points around the centre (x, y order).
   const double cx = std::floor(W / 2.0), cy = std::floor(H / 2.0);
-  const double sq = std::floor(std::min(H, W) / 3.0);
+  const double sq = std::max(1.0, std::floor(std::min(H, W) / 3.0));  // >= 1: tiny images stay non-degenerate
   const std::array<double, 6> pts1{cx + sq, cy + sq, cx + sq, cy - sq, cx - sq, cy - sq};
   std::array<double, 6> pts2 = pts1;
   for (auto& v : pts2) v += rng.uniform(-affine, affine);

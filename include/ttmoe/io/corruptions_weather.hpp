@@ -102,13 +102,14 @@ inline void splat(Image& acc, double x, double y, double w) {
 
 /// Procedural frost-on-glass texture (3 channels, [0,1]) used when no frost photographs are
 /// given. The reference blends crops of six photographs of frost; those are data, not code, so
-/// by default we synthesise a stand-in with the same ingredients: a faint cloudy haze (plasma
-/// fractal), many thin ice needles that grow as slightly curving random walks and branch at
-/// +-60 degrees (the hexagonal habit of ice dendrites), a fine grain, and a cold blue-white tint.
-/// The texture is synthesised at the ImageNet-C scale (features sized for a 224 px image, times
-/// `feature_scale`) and resampled to H x W. Its mean brightness (about 0.4) is in the range of
-/// the photographs', but the exact difficulty of ImageNet-C frost is only reproduced by passing
-/// the original images through CorruptionOptions::frost_textures.
+/// by default we synthesise a stand-in with the same look: fern-like ice dendrites (straight-ish
+/// random-walk stems shedding short side branches at +-60 degrees, the hexagonal habit of ice,
+/// which branch again), seeded preferentially where a smooth plasma "cover" map is high so the
+/// frost is patchy, over a haze from the same map, with a fine grain and a cold blue-white tint.
+/// Features are sized for a 224 px image times `feature_scale`: the texture is drawn on a canvas
+/// of (H, W) / feature_scale and resampled to H x W. Mean brightness is about 0.37 (0.33-0.44
+/// over seeds), in the range of the photographs, but the exact difficulty of ImageNet-C frost
+/// is only reproduced by passing the original images through CorruptionOptions::frost_textures.
 inline Image frost_texture(int H, int W, double feature_scale, CorruptionRng& rng) {
   if (H <= 0 || W <= 0 || !(feature_scale > 0.0)) throw std::invalid_argument("frost_texture: bad size or scale");
   // Work where one texture unit is one pixel, then resample.
@@ -117,8 +118,9 @@ inline Image frost_texture(int H, int W, double feature_scale, CorruptionRng& rn
   constexpr double pi = 3.14159265358979323846;
 
   // Low-frequency cover map: frost is patchy, dense where the glass was coldest.
-  const Image cover = weather_detail::fog_layer(h0, w0, std::max(h0, w0), weather_detail::next_pow2(std::max(h0, w0)),
-                                                1.8, rng);
+  // (Drawn on the fog's bounded 256 map and resampled: it is smooth, and a map the size of a long
+  // thin working canvas would cost O(longer side^2).)
+  const Image cover = weather_detail::fog_layer(h0, w0, 224, 256, 1.8, rng);
   Image acc = make_image(h0, w0, 1);
   struct Branch {
     double x, y, angle, length, intensity;

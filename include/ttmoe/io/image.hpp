@@ -80,6 +80,7 @@ struct Image {
   std::size_t size() const noexcept {
     return static_cast<std::size_t>(height) * static_cast<std::size_t>(width) * static_cast<std::size_t>(channels);
   }
+  /// Exact equality of shape and every value (tests and caches compare images this way).
   bool operator==(const Image&) const = default;
 };
 

@@ -66,6 +66,12 @@ inline std::vector<double> gaussian_kernel(double sigma, double truncate = 4.0) 
 
 namespace filter_detail {
 
+// y += a * x over n floats. The restrict qualifiers tell the compiler the rows never overlap,
+// which is what lets it vectorise the inner loop of every shifted-kernel filter below.
+inline void axpy(float* __restrict y, const float* __restrict x, float a, std::size_t n) noexcept {
+  for (std::size_t j = 0; j < n; ++j) y[j] += a * x[j];
+}
+
 // A 1-D filter along an axis of length n with the border folded in: each output index lists the
 // distinct input indices it reads and their summed weights. Folding makes kernels longer than
 // the axis (elastic_transform's sigma ~171 px on a 224 px image) cost O(n) per output instead of
@@ -145,7 +151,7 @@ inline Image filter_cols(const Image& im, const FoldedTaps& t) {
     for (int k = t.begin[static_cast<std::size_t>(y)]; k < t.begin[static_cast<std::size_t>(y) + 1]; ++k) {
       const float* row = &im.pixels[static_cast<std::size_t>(t.index[static_cast<std::size_t>(k)]) * stride];
       const float w = t.weight[static_cast<std::size_t>(k)];
-      for (std::size_t j = 0; j < stride; ++j) acc[j] += w * row[j];
+      axpy(acc.data(), row, w, stride);
     }
     std::copy(acc.begin(), acc.end(), out.pixels.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(y) * stride));
   }
@@ -210,7 +216,7 @@ inline Image filter2d(const Image& im, const std::vector<float>& kernel, int kh,
         const float w = kernel[static_cast<std::size_t>(ky) * kw + kx];
         if (w == 0.0f) continue;
         const float* src = prow + static_cast<std::size_t>(kx) * C;
-        for (std::size_t j = 0; j < orow_len; ++j) orow[j] += w * src[j];
+        filter_detail::axpy(orow, src, w, orow_len);
       }
     }
   }
@@ -253,7 +259,7 @@ inline Image motion_blur(const Image& im, double radius, double sigma, double an
       const float w = static_cast<float>(k[static_cast<std::size_t>(i)] / total);
       const float* src = &p.pixels[static_cast<std::size_t>(y + max_off + oy[static_cast<std::size_t>(i)]) * prow_len +
                                    static_cast<std::size_t>(max_off + ox[static_cast<std::size_t>(i)]) * C];
-      for (std::size_t j = 0; j < orow_len; ++j) orow[j] += w * src[j];
+      filter_detail::axpy(orow, src, w, orow_len);
     }
   }
   return out;

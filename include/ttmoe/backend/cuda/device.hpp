@@ -1,0 +1,96 @@
+#pragma once
+// The `cuda` device: GPU memory from a caching pool over cudaMalloc, all work (copies, thrust
+// kernels, cuBLAS) queued on one ttmoe stream, so pool reuse is stream-ordered and safe.
+// Needs the CUDA runtime (nvcc, or a host compiler with the CUDA include/lib paths for the memory
+// side); the Backend itself needs nvcc (device code). No Eigen / fmt.
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include <thrust/system/cuda/execution_policy.h>
+
+#include "ttmoe/backend/cuda/pool.hpp"
+#include "ttmoe/core/device.hpp"
+
+namespace ttmoe {
+
+namespace cuda_backend {
+/// Throws std::runtime_error on a CUDA error.
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("ttmoe cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+/// The stream every ttmoe CUDA operation is queued on (created on first use, never destroyed).
+inline cudaStream_t stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t st{};
+    check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
+    return st;
+  }();
+  return s;
+}
+/// Raw device allocation for the pool (nullptr on failure so the pool can free its cache and retry).
+struct DeviceRaw {
+  static void* raw_alloc(std::size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the sticky-free error state
+      return nullptr;
+    }
+    return p;
+  }
+  static void raw_free(void* p) { (void)cudaFree(p); }
+};
+}  // namespace cuda_backend
+
+/// An NVIDIA GPU (the current CUDA device).
+struct cuda {
+  static constexpr const char* name = "cuda";
+  static constexpr bool host_accessible = false;
+  using temp_allocator = cuda_backend::PoolTempAllocator<cuda_backend::DeviceRaw>;
+
+  static auto& memory_pool() { return cuda_backend::pool<cuda_backend::DeviceRaw>(); }
+  /// thrust policy: ttmoe's stream, scratch from the pool, no synchronisation after each algorithm.
+  static auto policy(temp_allocator& a) { return thrust::cuda::par_nosync(a).on(cuda_backend::stream()); }
+  static cudaStream_t stream() { return cuda_backend::stream(); }
+
+  template <class T>
+  static T* allocate(index_t n) {
+    return static_cast<T*>(memory_pool().allocate(n * sizeof(T)));
+  }
+  template <class T>
+  static void deallocate(T* p, index_t) noexcept {
+    memory_pool().deallocate(p);
+  }
+  template <class T>
+  static void copy(T* dst, const T* src, index_t n) {
+    if (n)
+      cuda_backend::check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream()),
+                          "cudaMemcpyAsync D2D");
+  }
+  /// Synchronous with respect to the host buffer (it may be freed right after).
+  template <class T>
+  static void copy_from_host(T* dst, const T* src, index_t n) {
+    if (!n) return;
+    cuda_backend::check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, stream()),
+                        "cudaMemcpyAsync H2D");
+    synchronize();
+  }
+  /// Waits for queued work, then copies.
+  template <class T>
+  static void copy_to_host(T* dst, const T* src, index_t n) {
+    if (!n) return;
+    cuda_backend::check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, stream()),
+                        "cudaMemcpyAsync D2H");
+    synchronize();
+  }
+  template <class T>
+  static void fill_zero(T* dst, index_t n) {
+    if (n) cuda_backend::check(cudaMemsetAsync(dst, 0, n * sizeof(T), stream()), "cudaMemsetAsync");
+  }
+  static void synchronize() { cuda_backend::check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
+};
+static_assert(Device<cuda>);
+
+}  // namespace ttmoe

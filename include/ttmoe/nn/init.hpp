@@ -1,0 +1,26 @@
+#pragma once
+// Parameter initialisation. Layers take an explicit seed so that a model is reproducible without a
+// global RNG; the bounds follow torch.nn defaults so results are comparable with PyTorch training.
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+
+#include "ttmoe/core/tensor.hpp"
+
+namespace ttmoe::nn {
+
+/// Fills `t` (host-visible storage) with U(-bound, bound) from a generator seeded with `seed`.
+template <class T, class S, class D>
+void uniform_(const Tensor<T, S, D>& t, double bound, std::uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> dist(-bound, bound);
+  T* p = t.data();
+  for (index_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(dist(gen));
+}
+
+/// torch.nn.init.kaiming_uniform_(a = sqrt(5)) as nn.Linear/Conv use it: the bound simplifies to
+/// 1/sqrt(fan_in). The same bound is torch's default for the bias.
+inline double kaiming_uniform_bound(index_t fan_in) { return fan_in > 0 ? 1.0 / std::sqrt(double(fan_in)) : 0.0; }
+
+}  // namespace ttmoe::nn

@@ -1,0 +1,59 @@
+#pragma once
+// LayerNorm over the last axis with biased variance (torch.nn.functional.layer_norm). The module
+// runs the fused single-pass op (layernorm_fused.hpp); the composed `layer_norm` below is kept as a
+// readable reference built from the core's reductions and fused expressions.
+
+#include "ttmoe/expr/expr.hpp"
+#include "ttmoe/nn/layernorm_fused.hpp"
+#include "ttmoe/ops/reduce.hpp"
+
+namespace ttmoe::nn {
+
+/// Functional LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias over the last axis.
+/// `weight` / `bias` may be undefined (no affine part).
+template <class T, class S, class D, class SW>
+Tensor<T, DynShape<S::rank>, D> layer_norm(const Tensor<T, S, D>& x, const Tensor<T, SW, D>& weight,
+                                           const Tensor<T, SW, D>& bias, T eps = T(1e-6)) {
+  using SD = DynShape<S::rank>;
+  Tensor<T, SD, D> xc = x - mean<-1, true>(x);
+  Tensor<T, SD, D> xn = xc * rsqrt(mean<-1, true>(square(xc)) + eps);
+  if (weight.defined() && bias.defined()) return xn * weight + bias;
+  if (weight.defined()) return xn * weight;
+  return xn;
+}
+
+/// nn.LayerNorm(dim, eps) with elementwise affine (weight 1, bias 0 at init). eps defaults to 1e-6
+/// (timm ViT), not torch's 1e-5.
+template <class T = float, class D = cpu>
+struct LayerNorm {
+  Tensor<T, DynShape<1>, D> weight;
+  Tensor<T, DynShape<1>, D> bias;
+  T eps = T(1e-6);
+
+  LayerNorm() = default;
+  explicit LayerNorm(index_t dim, T eps_ = T(1e-6))
+      : weight(Tensor<T, DynShape<1>, D>::full(DynShape<1>(dim), T(1))),
+        bias(Tensor<T, DynShape<1>, D>::zeros(DynShape<1>(dim))),
+        eps(eps_) {
+    weight.set_requires_grad();
+    bias.set_requires_grad();
+  }
+
+  /// Normalises over the last axis with the fused op; the result keeps x's shape type.
+  template <class S>
+  Tensor<T, S, D> forward(const Tensor<T, S, D>& x) const {
+    return layer_norm_fused(x, weight, bias, eps);
+  }
+  template <class S>
+  auto operator()(const Tensor<T, S, D>& x) const {
+    return forward(x);
+  }
+
+  template <class V>
+  void visit_parameters(V& v) {
+    v("weight", weight);
+    v("bias", bias);
+  }
+};
+
+}  // namespace ttmoe::nn

@@ -1,0 +1,78 @@
+#pragma once
+// Feed-forward blocks: Llama's SwiGLU MLP and timm's ViT Mlp (fc1 -> GELU -> fc2).
+
+#include <cstdint>
+
+#include "ttmoe/nn/linear.hpp"
+
+namespace ttmoe::nn {
+
+/// Activation choice for Mlp; timm ViT uses exact (erf) GELU.
+enum class Activation { gelu, gelu_tanh, silu, relu };
+
+/// Applies `act` elementwise (a fused expression, evaluated).
+template <class T, class S, class D>
+Tensor<T, S, D> activate(Activation act, const Tensor<T, S, D>& x) {
+  switch (act) {
+    case Activation::gelu_tanh: return gelu_tanh(x);
+    case Activation::silu: return silu(x);
+    case Activation::relu: return relu(x);
+    case Activation::gelu: break;
+  }
+  return gelu(x);
+}
+
+/// Llama MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.
+template <class T = float, class D = cpu>
+struct SwiGLUMLP {
+  Linear<T, D> gate_proj, up_proj, down_proj;
+
+  SwiGLUMLP() = default;
+  SwiGLUMLP(index_t dim, index_t hidden, std::uint64_t seed = 0)
+      : gate_proj(dim, hidden, false, seed), up_proj(dim, hidden, false, seed + 1), down_proj(hidden, dim, false, seed + 2) {}
+
+  template <class S>
+  auto forward(const Tensor<T, S, D>& x) const {
+    Tensor<T, DynShape<S::rank>, D> h = silu(gate_proj(x)) * up_proj(x);
+    return down_proj(h);
+  }
+  template <class S>
+  auto operator()(const Tensor<T, S, D>& x) const {
+    return forward(x);
+  }
+
+  template <class V>
+  void visit_parameters(V& v) {
+    v.sub("gate_proj", gate_proj);
+    v.sub("up_proj", up_proj);
+    v.sub("down_proj", down_proj);
+  }
+};
+
+/// timm ViT Mlp: fc2(act(fc1(x))), with biases.
+template <class T = float, class D = cpu>
+struct Mlp {
+  Linear<T, D> fc1, fc2;
+  Activation act = Activation::gelu;
+
+  Mlp() = default;
+  Mlp(index_t dim, index_t hidden, Activation act_ = Activation::gelu, std::uint64_t seed = 0)
+      : fc1(dim, hidden, true, seed), fc2(hidden, dim, true, seed + 1), act(act_) {}
+
+  template <class S>
+  auto forward(const Tensor<T, S, D>& x) const {
+    return fc2(activate(act, fc1(x)));
+  }
+  template <class S>
+  auto operator()(const Tensor<T, S, D>& x) const {
+    return forward(x);
+  }
+
+  template <class V>
+  void visit_parameters(V& v) {
+    v.sub("fc1", fc1);
+    v.sub("fc2", fc2);
+  }
+};
+
+}  // namespace ttmoe::nn

@@ -1,0 +1,72 @@
+#pragma once
+// Rotary position embedding, Hugging Face Llama convention (rotate_half, inv_freq = theta^(-2j/hd)).
+// Angles are computed in double and rounded once to T, so the float path is as exact as it can be.
+// rotate_half is one GEMM with a constant signed permutation matrix: it is differentiable through
+// matmul's VJP and needs no slicing on the last axis.
+
+#include <cmath>
+#include <utility>
+
+#include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
+#include "ttmoe/ops/indexing.hpp"  // IndexTensor
+#include "ttmoe/ops/matmul.hpp"
+
+namespace ttmoe::nn {
+
+/// cos / sin tables [P..., hd] for integer positions of any shape P (cat(ang, ang) layout).
+template <class T, class SI, class D>
+std::pair<Tensor<T, DynShape<SI::rank + 1>, D>, Tensor<T, DynShape<SI::rank + 1>, D>> rope_cos_sin(
+    const IndexTensor<SI, D>& positions, index_t head_dim, double theta = 10000.0) {
+  std::array<index_t, SI::rank + 1> e{};
+  const auto ep = positions.extents();
+  for (std::size_t i = 0; i < SI::rank; ++i) e[i] = ep[i];
+  e[SI::rank] = head_dim;
+  const auto shp = DynShape<SI::rank + 1>::from_extents(e);
+  Tensor<T, DynShape<SI::rank + 1>, D> c(shp), s(shp);
+  const auto pos = positions.to_vector();
+  const index_t half = head_dim / 2;
+  for (std::size_t n = 0; n < pos.size(); ++n)
+    for (index_t j = 0; j < half; ++j) {
+      const double inv = std::pow(theta, -2.0 * double(j) / double(head_dim));
+      const double a = double(pos[n]) * inv;
+      const index_t o = index_t(n) * head_dim;
+      c.data()[o + j] = c.data()[o + j + half] = static_cast<T>(std::cos(a));
+      s.data()[o + j] = s.data()[o + j + half] = static_cast<T>(std::sin(a));
+    }
+  return {c, s};
+}
+
+/// The [hd, hd] matrix R with x @ R = rotate_half(x) = cat(-x[hd/2:], x[:hd/2]).
+template <class T, class D = cpu>
+Tensor<T, DynShape<2>, D> rotate_half_matrix(index_t head_dim) {
+  auto r = Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(head_dim, head_dim));
+  const index_t h = head_dim / 2;
+  for (index_t i = 0; i < h; ++i) {
+    r.data()[(i + h) * head_dim + i] = T(-1);
+    r.data()[i * head_dim + i + h] = T(1);
+  }
+  return r;
+}
+
+/// Applies RoPE to x [B, H, T, hd] with cos/sin [B, T, hd] or [T, hd] (broadcast over heads).
+template <class T, class S, class SC, class D>
+Tensor<T, DynShape<4>, D> apply_rope(const Tensor<T, S, D>& x, const Tensor<T, SC, D>& cos,
+                                     const Tensor<T, SC, D>& sin) {
+  static_assert(S::rank == 4, "apply_rope: x is [B, heads, T, head_dim]");
+  const index_t hd = x.extent(3);
+  const index_t b = SC::rank == 3 ? cos.extent(0) : 1;
+  const auto shp = DynShape<4>(b, 1, x.extent(2), hd);
+  auto c4 = cos.reshape(shp), s4 = sin.reshape(shp);
+  Tensor<T, DynShape<4>, D> rot = matmul(x, rotate_half_matrix<T, D>(hd));
+  return x * c4 + rot * s4;
+}
+
+/// Functional RoPE from positions ([B, T] or [T]); q and k may have different head counts.
+template <class T, class S, class SI, class D>
+Tensor<T, DynShape<4>, D> rope(const Tensor<T, S, D>& x, const IndexTensor<SI, D>& positions,
+                               double theta = 10000.0) {
+  auto [c, s] = rope_cos_sin<T>(positions, x.extent(3), theta);
+  return apply_rope(x, c, s);
+}
+
+}  // namespace ttmoe::nn

@@ -1,0 +1,37 @@
+#pragma once
+// Scaled dot-product attention over a folded batch [BH, T, hd]: two batched GEMMs and a softmax,
+// all differentiable through the core ops. The causal mask is an additive constant (0 / -inf), so
+// masked probabilities are exactly 0 and receive exactly 0 gradient.
+
+#include <limits>
+
+#include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
+#include "ttmoe/ops/matmul.hpp"
+#include "ttmoe/ops/reduce.hpp"
+
+namespace ttmoe::nn {
+
+/// [T, S] additive causal mask: key j is hidden from query i when j > i + (S - T) (queries are the
+/// last T of S positions, as with a key/value cache).
+template <class T, class D = cpu>
+Tensor<T, DynShape<2>, D> causal_mask(index_t t, index_t s) {
+  auto m = Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(t, s));
+  for (index_t i = 0; i < t; ++i)
+    for (index_t j = i + (s - t) + 1; j < s; ++j) m.data()[i * s + j] = -std::numeric_limits<T>::infinity();
+  return m;
+}
+
+/// softmax(q k^T * scale [+ causal mask]) v for q [BH, T, hd], k/v [BH, S, hd] -> [BH, T, hd].
+template <class T, class S, class D>
+Tensor<T, DynShape<3>, D> scaled_dot_product_attention(const Tensor<T, S, D>& q, const Tensor<T, S, D>& k,
+                                                       const Tensor<T, S, D>& v, T scale, bool causal) {
+  static_assert(S::rank == 3, "scaled_dot_product_attention: operands are [BH, T, hd]");
+  // Scaling q (T*hd elements) is cheaper than scaling the scores (T*S) and matches timm's order.
+  Tensor<T, S, D> qs = q * scale;
+  Tensor<T, DynShape<3>, D> scores = matmul<false, true>(qs, k);
+  if (causal) scores = scores + causal_mask<T, D>(q.extent(1), k.extent(1));
+  auto p = softmax<-1>(scores);
+  return matmul(p, Tensor<T, DynShape<3>, D>(v));
+}
+
+}  // namespace ttmoe::nn

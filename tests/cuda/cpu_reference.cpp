@@ -1,0 +1,8 @@
+// Host side of the CUDA parity test: the same cases on the CPU backend (Eigen / fmt live here only).
+#include <ttmoe/ttmoe.hpp>
+
+#include "cases.hpp"
+#include "runners.hpp"
+
+ttmoe_parity::Results run_cpu_float() { return ttmoe_parity::all_cases<ttmoe::cpu, float>(); }
+ttmoe_parity::Results run_cpu_double() { return ttmoe_parity::all_cases<ttmoe::cpu, double>(); }

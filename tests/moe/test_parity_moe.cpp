@@ -1,0 +1,215 @@
+// Parity of the MoE components (MoE-LayerNorm, routers, aux losses, capacity routing, MoE-FFN)
+// against the PyTorch fixtures described in tests/reference/README.md.
+
+#include "parity_util.hpp"
+#include "ttmoe/moe/moe_layernorm.hpp"
+#include "ttmoe/nn/module.hpp"
+
+using namespace ttmoe;
+using namespace ttmoe::test;
+
+namespace {
+
+template <class T>
+void run_moe_layernorm(const std::string& file, bool per_token, double tol, double gtol) {
+  Fixture f(file);
+  moe::MoELayerNorm<T> m;
+  m.weight = f.get<1, T>("param.weight");
+  m.bias = f.get<1, T>("param.bias");
+  m.experts.weight_delta = leaf<2, T>(f, "param.experts.weight_delta");
+  m.experts.bias_delta = leaf<2, T>(f, "param.experts.bias_delta");
+  m.router.weight = leaf<2, T>(f, "param.router.weight");
+  m.router.bias = leaf<1, T>(f, "param.router.bias");
+  m.per_token = per_token;
+  m.eps = f.meta_double("eps");
+  auto x = leaf<3, T>(f, "in.x");
+  {
+    autograd::Tape tape;
+    auto y = m.forward(x);
+    auto bl = m.balance_loss();
+    Tensor<T, Shape<>> loss = upstream_term<3>(f, "y", y) + upstream_term<0>(f, "balance_loss", bl);
+    if (per_token) {
+      auto p3 = m.probs.reshape(DynShape<3>(x.extent(0), x.extent(1), m.num_experts()));
+      loss = loss + upstream_term<3>(f, "probs", p3);
+      check_close<3>(f, "out.probs", p3, tol);
+      require_equal_ints<2>(f, "out.top_index", m.top_index.reshape(DynShape<2>(x.extent(0), x.extent(1))));
+    } else {
+      loss = loss + upstream_term<2>(f, "probs", m.probs);
+      check_close<2>(f, "out.probs", m.probs, tol);
+      require_equal_ints<1>(f, "out.top_index", m.top_index.reshape(DynShape<1>(x.extent(0))));
+    }
+    check_close<3>(f, "out.y", y, tol);
+    check_close<0>(f, "out.balance_loss", bl, tol);
+    autograd::backward(tape, loss);
+  }
+  check_close<3>(f, "grad.in.x", x.grad(), gtol);
+  check_close<2>(f, "grad.param.experts.weight_delta", grad_or_zero(m.experts.weight_delta), gtol);
+  check_close<2>(f, "grad.param.experts.bias_delta", grad_or_zero(m.experts.bias_delta), gtol);
+  check_close<2>(f, "grad.param.router.weight", m.router.weight.grad(), gtol);
+  check_close<1>(f, "grad.param.router.bias", m.router.bias.grad(), gtol);
+}
+
+}  // namespace
+
+TEST_CASE("parity moe_layernorm double", "[parity][moe]") { run_moe_layernorm<double>("moe_layernorm", false, 1e-9, 1e-9); }
+TEST_CASE("parity moe_layernorm float", "[parity][moe]") { run_moe_layernorm<float>("moe_layernorm", false, 1e-4, 1e-3); }
+TEST_CASE("parity moe_layernorm_per_token double", "[parity][moe]") {
+  run_moe_layernorm<double>("moe_layernorm_per_token", true, 1e-9, 1e-9);
+}
+
+// ---- routers ---------------------------------------------------------------------------------------
+#include "ttmoe/moe/aux_losses.hpp"
+#include "ttmoe/moe/capacity.hpp"
+#include "ttmoe/moe/cosine_router.hpp"
+#include "ttmoe/moe/moe_ffn.hpp"
+#include "ttmoe/moe/router.hpp"
+
+namespace {
+
+void check_router_outputs(const Fixture& f, const moe::RouterOutput<double>& o, Tensor<double, Shape<>>& loss) {
+  check_close<2>(f, "out.logits", o.logits, 1e-9);
+  check_close<2>(f, "out.probs", o.probs, 1e-9);
+  check_close<2>(f, "out.gates", o.gates, 1e-9);
+  require_equal_ints<2>(f, "out.indices", o.indices);
+  loss = upstream_term<2>(f, "logits", o.logits) + upstream_term<2>(f, "probs", o.probs) +
+         upstream_term<2>(f, "gates", o.gates);
+}
+
+void run_linear_router(const std::string& file) {
+  Fixture f(file);
+  moe::LinearRouter<double> r;
+  r.weight = leaf<2>(f, "param.weight");
+  const bool has_bias = f.has("param.bias");
+  if (has_bias) r.bias = leaf<1>(f, "param.bias");
+  r.top_k = f.meta_int("top_k");
+  r.renormalize = f.meta("renormalize") == "true";
+  auto x = leaf<2>(f, "in.x");
+  {
+    autograd::Tape tape;
+    auto o = r.forward(x);
+    Tensor<double, Shape<>> loss;
+    check_router_outputs(f, o, loss);
+    autograd::backward(tape, loss);
+  }
+  check_close<2>(f, "grad.in.x", x.grad(), 1e-9);
+  check_close<2>(f, "grad.param.weight", r.weight.grad(), 1e-9);
+  if (has_bias) check_close<1>(f, "grad.param.bias", r.bias.grad(), 1e-9);
+}
+
+void run_cosine_router(const std::string& file) {
+  Fixture f(file);
+  moe::CosineRouter<double> r;
+  r.proj.weight = leaf<2>(f, "param.proj.weight");
+  r.proj.bias = leaf<1>(f, "param.proj.bias");
+  r.codebook = leaf<2>(f, "param.codebook");
+  r.log_scale = leaf<0>(f, "param.log_scale");
+  r.top_k = f.meta_int("top_k");
+  r.gate_noise = f.meta_double("gate_noise");
+  auto x = leaf<2>(f, "in.x");
+  Tensor<double, DynShape<2>> noise;
+  if (f.meta("training") == "true") noise = f.get<2>("in.noise");
+  {
+    autograd::Tape tape;
+    auto o = r.forward(x, noise);
+    Tensor<double, Shape<>> loss;
+    check_router_outputs(f, o, loss);
+    autograd::backward(tape, loss);
+  }
+  check_close<2>(f, "grad.in.x", x.grad(), 1e-9);
+  check_close<2>(f, "grad.param.proj.weight", r.proj.weight.grad(), 1e-9);
+  check_close<1>(f, "grad.param.proj.bias", r.proj.bias.grad(), 1e-9);
+  check_close<2>(f, "grad.param.codebook", r.codebook.grad(), 1e-9);
+  check_close<0>(f, "grad.param.log_scale", grad_or_zero(r.log_scale), 1e-9);
+}
+
+void run_aux(const std::string& file) {
+  Fixture f(file);
+  auto logits = leaf<2>(f, "in.logits");
+  auto noise = f.get<2>("in.noise");
+  {
+    autograd::Tape tape;
+    auto a = moe::gmoe_aux_losses(logits, noise, f.meta_int("top_k"), f.meta_double("gate_noise"));
+    check_close<2>(f, "out.noisy_logits", a.noisy_logits, 1e-9);
+    check_close<1>(f, "out.threshold", a.threshold, 1e-9);
+    check_close<1>(f, "out.importance", a.importance, 1e-9);
+    check_close<1>(f, "out.load", a.load, 1e-9);
+    check_close<0>(f, "out.l_imp", a.l_imp, 1e-9);
+    check_close<0>(f, "out.l_load", a.l_load, 1e-9);
+    check_close<0>(f, "out.l_aux", a.l_aux, 1e-9);
+    autograd::backward(tape, a.l_aux);  // upstream is exactly 1.0
+  }
+  check_close<2>(f, "grad.in.logits", logits.grad(), 1e-9);
+}
+
+}  // namespace
+
+TEST_CASE("parity linear_router", "[parity][moe]") { run_linear_router("linear_router"); }
+TEST_CASE("parity linear_router_top1", "[parity][moe]") { run_linear_router("linear_router_top1"); }
+TEST_CASE("parity cosine_router", "[parity][moe]") { run_cosine_router("cosine_router"); }
+TEST_CASE("parity cosine_router_clamp", "[parity][moe]") { run_cosine_router("cosine_router_clamp"); }
+TEST_CASE("parity moe_aux_losses", "[parity][moe]") { run_aux("moe_aux_losses"); }
+TEST_CASE("parity moe_aux_losses_k2", "[parity][moe]") { run_aux("moe_aux_losses_k2"); }
+
+TEST_CASE("parity capacity_routing", "[parity][moe]") {
+  Fixture f("capacity_routing");
+  auto logits = f.get<2>("in.logits");
+  const index_t N = logits.extent(0), E = logits.extent(1);
+  Tensor<double, DynShape<2>> scores = softmax<-1>(logits);
+  auto [ts, ti] = topk(scores, 1);
+  auto plan = moe::plan_capacity(ti.to_vector(), ts.to_vector(), E, f.meta_int("top_k"), f.meta_double("capacity_factor"));
+  auto i1 = [&](const std::vector<std::int64_t>& v) {
+    return IndexTensor<DynShape<1>>::from_host(DynShape<1>(index_t(v.size())), v);
+  };
+  std::vector<double> gate(N);
+  for (index_t n = 0; n < N; ++n) gate[n] = ts(n, 0) * double(plan.kept[n]);
+  check_close<2>(f, "out.scores", scores, 1e-9);
+  require_equal_ints<1>(f, "out.top_index", ti.reshape(DynShape<1>(N)));
+  check_close<1>(f, "out.top_score", ts.reshape(DynShape<1>(N)), 1e-9);
+  require_equal_ints<1>(f, "out.order", i1(plan.order));
+  require_equal_ints<1>(f, "out.slot", i1(plan.slot));
+  require_equal_ints<1>(f, "out.kept", i1(plan.kept));
+  require_equal_ints<1>(f, "out.expert_load", i1(plan.expert_load));
+  check_close<1>(f, "out.gate", Tensor<double, DynShape<1>>::from_host(DynShape<1>(N), gate), 1e-12);
+  REQUIRE(plan.capacity == f.get<0, std::int64_t>("out.capacity").item());
+}
+
+TEST_CASE("parity moe_ffn", "[parity][moe]") {
+  Fixture f("moe_ffn");
+  moe::MoEFFN<double> m;
+  m.router.weight = leaf<2>(f, "param.router.weight");
+  const index_t E = m.router.weight.extent(0);
+  for (index_t e = 0; e < E; ++e) {
+    const std::string p = "param.experts." + std::to_string(e) + ".";
+    m.experts.push_back({{leaf<2>(f, p + "fc1.weight"), leaf<1>(f, p + "fc1.bias")},
+                         {leaf<2>(f, p + "fc2.weight"), leaf<1>(f, p + "fc2.bias")}});
+  }
+  m.capacity_factor = f.meta_double("capacity_factor");
+  // Parameter names follow the fixture's.
+  auto names = nn::named_parameters<double>(m);
+  REQUIRE(names.size() == std::size_t(1 + 4 * E));
+  for (auto& p : names) REQUIRE(f.has("param." + p.name));
+  auto x = leaf<3>(f, "in.x");
+  const index_t B = x.extent(0), T = x.extent(1);
+  {
+    autograd::Tape tape;
+    auto y = m.forward(x);
+    check_close<3>(f, "out.y", y, 1e-9);
+    check_close<3>(f, "out.probs", m.probs.reshape(DynShape<3>(B, T, E)), 1e-9);
+    auto i2 = [&](const std::vector<std::int64_t>& v) {
+      return IndexTensor<DynShape<2>>::from_host(DynShape<2>(B, T), v);
+    };
+    require_equal_ints<2>(f, "out.top_index", i2(m.routing.top_index));
+    require_equal_ints<2>(f, "out.slot", i2(m.routing.plan.slot));
+    require_equal_ints<2>(f, "out.kept", i2(m.routing.plan.kept));
+    autograd::backward(tape, upstream_term<3>(f, "y", y));
+  }
+  check_close<3>(f, "grad.in.x", x.grad(), 1e-9);
+  check_close<2>(f, "grad.param.router.weight", m.router.weight.grad(), 1e-9);
+  for (index_t e = 0; e < E; ++e) {
+    const std::string p = "grad.param.experts." + std::to_string(e) + ".";
+    check_close<2>(f, p + "fc1.weight", grad_or_zero(m.experts[e].fc1.weight), 1e-9);
+    check_close<1>(f, p + "fc1.bias", grad_or_zero(m.experts[e].fc1.bias), 1e-9);
+    check_close<2>(f, p + "fc2.weight", grad_or_zero(m.experts[e].fc2.weight), 1e-9);
+    check_close<1>(f, p + "fc2.bias", grad_or_zero(m.experts[e].fc2.bias), 1e-9);
+  }
+}

@@ -1,0 +1,94 @@
+// Unit tests of nn layers that the parity fixtures do not cover: init ranges, frozen flags,
+// parameter naming, dropout / drop_path statistics, timm Mlp shapes, causal-mask behaviour.
+
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "ttmoe/nn/nn.hpp"
+#include "ttmoe/ttmoe.hpp"
+
+using namespace ttmoe;
+
+TEST_CASE("nn: Linear init, names and freezing") {
+  nn::Linear<float> lin(16, 4, true, 3);
+  const float bound = 1.0f / 4.0f;  // 1/sqrt(16)
+  for (float w : lin.weight.to_vector()) REQUIRE(std::abs(w) <= bound);
+  auto names = nn::named_parameters<float>(lin);
+  REQUIRE(names.size() == 2);
+  REQUIRE(names[0].name == "weight");
+  REQUIRE(names[1].name == "bias");
+  REQUIRE(nn::set_trainable(lin, "bias", false) == 1);
+  REQUIRE(nn::trainable_parameters<float>(lin).size() == 1);
+  auto x = Tensor<float, DynShape<3>>::full(DynShape<3>(2, 3, 16), 1.0f);
+  {
+    autograd::Tape tape;
+    autograd::backward(tape, sum_all(lin(x)));
+  }
+  REQUIRE(lin.weight.grad().defined());
+  REQUIRE_FALSE(lin.bias.grad().defined());
+  nn::Linear<float> nobias(5, 2, false);
+  REQUIRE(nn::named_parameters<float>(nobias).size() == 1);
+}
+
+TEST_CASE("nn: Mlp and SwiGLU shapes and names") {
+  nn::Mlp<float> mlp(8, 32);
+  auto x = Tensor<float, DynShape<3>>::zeros(DynShape<3>(2, 5, 8));
+  auto y = mlp(x);
+  REQUIRE(y.extents() == std::array<index_t, 3>{2, 5, 8});
+  auto names = nn::named_parameters<float>(mlp);
+  REQUIRE(names[0].name == "fc1.weight");
+  REQUIRE(names[3].name == "fc2.bias");
+  nn::SwiGLUMLP<float> sw(8, 12);
+  REQUIRE(nn::parameter_count(sw) == 3 * 8 * 12);
+}
+
+TEST_CASE("nn: dropout keeps the mean and zeroes about p") {
+  nn::Rng rng(42);
+  const index_t n = 200000;
+  const double p = 0.3;
+  auto x = Tensor<double, DynShape<2>>::full(DynShape<2>(n / 100, 100), 2.0);
+  auto y = nn::dropout(x, p, true, rng).to_vector();
+  double zeros = 0, mean = 0;
+  for (double v : y) {
+    zeros += (v == 0);
+    mean += v;
+  }
+  zeros /= double(n);
+  mean /= double(n);
+  REQUIRE(std::abs(zeros - p) < 0.01);   // ~10 standard deviations of a binomial fraction
+  REQUIRE(std::abs(mean - 2.0) < 0.03);
+  // Eval mode and p = 0 are the identity.
+  REQUIRE(nn::dropout(x, p, false, rng).to_vector() == x.to_vector());
+  REQUIRE(nn::dropout(x, 0.0, true, rng).to_vector() == x.to_vector());
+}
+
+TEST_CASE("nn: drop_path drops whole samples") {
+  nn::Rng rng(7);
+  const index_t B = 20000;
+  auto x = Tensor<double, DynShape<3>>::full(DynShape<3>(B, 3, 4), 1.0);
+  auto y = nn::drop_path(x, 0.25, true, rng).to_vector();
+  double dropped = 0, mean = 0;
+  for (index_t b = 0; b < B; ++b) {
+    const double first = y[std::size_t(b * 12)];
+    for (index_t i = 0; i < 12; ++i) REQUIRE(y[std::size_t(b * 12 + i)] == first);  // one decision per sample
+    dropped += (first == 0);
+    mean += first;
+  }
+  REQUIRE(std::abs(dropped / double(B) - 0.25) < 0.02);
+  REQUIRE(std::abs(mean / double(B) - 1.0) < 0.04);
+  REQUIRE(nn::drop_path(x, 0.25, false, rng).to_vector() == x.to_vector());
+}
+
+TEST_CASE("nn: causal LlamaAttention ignores future tokens") {
+  nn::LlamaAttention<double> attn(8, 2, 1, 11);
+  std::mt19937_64 g(1);
+  std::normal_distribution<double> n(0, 1);
+  auto x = Tensor<double, DynShape<3>>(DynShape<3>(1, 4, 8));
+  for (index_t i = 0; i < x.numel(); ++i) x.data()[i] = n(g);
+  auto pos = IndexTensor<DynShape<1>>::from_host(DynShape<1>(4), {0, 1, 2, 3});
+  auto y0 = attn(x, pos).to_vector();
+  for (index_t i = 24; i < 32; ++i) x.data()[i] += 5.0;  // change the last token only
+  auto y1 = attn(x, pos).to_vector();
+  for (std::size_t i = 0; i < 24; ++i) REQUIRE(y0[i] == Approx(y1[i]).epsilon(1e-14));
+}
