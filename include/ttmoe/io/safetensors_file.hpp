@@ -189,7 +189,7 @@ class SafetensorsFile {
 
   /// Validates `bytes`, taking ownership (no copy).
   static SafetensorsFile from_bytes(std::vector<std::byte>&& bytes, std::string label = "<memory>") {
-    SafetensorsFile f(std::move(label));
+    SafetensorsFile f(LabelOnly{}, std::move(label));
     f.owned_ = std::move(bytes);
     f.all_ = f.owned_;
     f.validate();
@@ -200,7 +200,7 @@ class SafetensorsFile {
   /// and unmodified for as long as this object (or any TensorInfo::bytes from it) is used.
   /// Used by the fuzzer so out-of-bounds reads hit the exact end of the input.
   static SafetensorsFile borrow_bytes(std::span<const std::byte> bytes, std::string label = "<memory>") {
-    SafetensorsFile f(std::move(label));
+    SafetensorsFile f(LabelOnly{}, std::move(label));
     f.all_ = bytes;
     f.validate();
     return f;
@@ -314,7 +314,9 @@ class SafetensorsFile {
   }
 
  private:
-  explicit SafetensorsFile(std::string label) : label_(std::move(label)) {}
+  // Tagged so that SafetensorsFile(std::string) still means "open this path".
+  struct LabelOnly {};
+  SafetensorsFile(LabelOnly, std::string label) : label_(std::move(label)) {}
 
   [[noreturn]] void fail(ErrorKind kind, const std::string& detail) const {
     throw SafetensorsError(kind, label_, detail);
@@ -377,7 +379,8 @@ class SafetensorsFile {
     }
   }
 
-  // Reads a JSON value that must be a non-negative integer; nullopt-like via bool.
+  // Accepts a JSON non-negative integer (dimension or offset) into `out`; false for anything
+  // else (negative, fractional, too large for uint64 -- nlohmann stores those as floats).
   static bool as_count(const nlohmann::json& v, std::uint64_t& out) {
     if (v.is_number_unsigned()) {
       out = v.get<std::uint64_t>();
@@ -394,7 +397,10 @@ class SafetensorsFile {
     if (v.is_number() || v.is_boolean() || v.is_null()) return v.dump();
     if (v.is_string()) {
       const auto& s = v.get_ref<const std::string&>();
-      return "\"" + (s.size() > 32 ? s.substr(0, 32) + "..." : s) + "\"";
+      if (s.size() <= 32) return "\"" + s + "\"";
+      std::size_t cut = 32;  // back up to a character boundary so the message stays valid UTF-8
+      while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0u) == 0x80u) --cut;
+      return "\"" + s.substr(0, cut) + "...\"";
     }
     return std::string("a JSON ") + v.type_name();
   }

@@ -247,8 +247,13 @@ class SafetensorsWriter {
     }
     Entry e{std::move(name), dtype, std::move(shape),
             std::vector<std::byte>(static_cast<std::size_t>(count) * dtype_size(dtype))};
-    names_.insert(e.name);
     entries_.push_back(std::move(e));
+    try {
+      names_.insert(entries_.back().name);
+    } catch (...) {
+      entries_.pop_back();  // keep entries_ and names_ in step even on bad_alloc
+      throw;
+    }
     return entries_.back();
   }
 
