@@ -1,0 +1,104 @@
+// ttmoe ViT-B/16 float forward throughput (random weights, batch 8 by default, no autograd).
+// Prints `ttmoe_vit_b16_images_per_s: X` (median over the timed runs after warm-up) and, with
+// --profile, a per-stage wall-time split of one extra forward (GEMM-bound layers vs LayerNorm vs
+// attention core vs copies) measured with plain timers around the stages.
+//   bench_vit_forward [--batch 8] [--threads 2] [--runs 7] [--warmup 2] [--profile]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ttmoe/models/vit.hpp"
+
+using namespace ttmoe;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// One forward with timers around each stage (same ops as VisionTransformer::run / ViTBlock).
+void profile(const models::VisionTransformer<float>& vit, const Tensor<float, models::vit_b16_shapes::images>& x) {
+  using ST = models::vit_b16_shapes::tokens;
+  std::map<std::string, double> t;
+  auto timed = [&](const char* k, auto&& f) {
+    auto t0 = Clock::now();
+    auto r = f();
+    t[k] += seconds_since(t0);
+    return r;
+  };
+  const auto total0 = Clock::now();
+  Tensor<float, ST> h = timed("embed (patch GEMM + concat)", [&] { return vit.embed(x).as<ST>(); });
+  const index_t B = x.extent(0), T = 197, Dm = 768, H = 12, hd = 64;
+  for (const auto& b : vit.blocks) {
+    auto n1 = timed("layernorm", [&] { return b.norm1(h); });
+    auto qkv = timed("gemm qkv (+bias)", [&] { return b.attn.qkv(n1); });
+    auto parts = timed("permute copies", [&] {
+      return Tensor<float, DynShape<5>>(permute<2, 0, 3, 1, 4>(qkv.reshape(DynShape<5>(B, T, 3, H, hd))));
+    });
+    const auto shp = DynShape<3>(B * H, T, hd);
+    Tensor<float, DynShape<3>> q = parts.slice(0, 1).reshape(shp), k = parts.slice(1, 2).reshape(shp),
+                               v = parts.slice(2, 3).reshape(shp);
+    auto qs = timed("attention scale q", [&] { return Tensor<float, DynShape<3>>(q * 0.125f); });
+    auto s = timed("attention gemm qk^T", [&] { return Tensor<float, DynShape<3>>(matmul<false, true>(qs, k)); });
+    auto p = timed("attention softmax", [&] { return Tensor<float, DynShape<3>>(softmax<-1>(s)); });
+    auto o = timed("attention gemm pv", [&] { return Tensor<float, DynShape<3>>(matmul(p, v)); });
+    auto merged = timed("permute copies", [&] {
+      return Tensor<float, DynShape<3>>(
+          permute<0, 2, 1, 3>(o.reshape(DynShape<4>(B, H, T, hd))).reshape(DynShape<3>(B, T, Dm)));
+    });
+    auto a = timed("gemm proj (+bias)", [&] { return b.attn.proj(merged); });
+    h = timed("residual adds", [&] { return Tensor<float, ST>(h + a.as<ST>()); });
+    auto n2 = timed("layernorm", [&] { return b.norm2(h); });
+    auto f1 = timed("gemm fc1 (+bias)", [&] { return b.mlp.fc1(n2); });
+    auto g = timed("gelu", [&] { return nn::activate(nn::Activation::gelu, f1); });
+    auto f2 = timed("gemm fc2 (+bias)", [&] { return b.mlp.fc2(g); });
+    h = timed("residual adds", [&] { return Tensor<float, ST>(h + f2.as<ST>()); });
+  }
+  timed("head (norm + linear)", [&] { return vit.head(vit.norm(Tensor<float, DynShape<3>>(narrow<1>(h, 0, 1))).reshape(DynShape<2>(B, Dm))); });
+  const double total = seconds_since(total0);
+  std::printf("profile (one forward, %.3f s):\n", total);
+  for (auto& [k, v] : t) std::printf("  %-28s %7.1f ms  %5.1f%%\n", k.c_str(), 1e3 * v, 100 * v / total);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  index_t batch = 8;
+  int threads = 2, runs = 7, warmup = 2;
+  bool prof = false;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
+    if (!std::strcmp(argv[i], "--batch")) batch = next();
+    else if (!std::strcmp(argv[i], "--threads")) threads = next();
+    else if (!std::strcmp(argv[i], "--runs")) runs = next();
+    else if (!std::strcmp(argv[i], "--warmup")) warmup = next();
+    else if (!std::strcmp(argv[i], "--profile")) prof = true;
+  }
+  cpu_backend::set_num_threads(std::size_t(threads));
+  models::VisionTransformer<float> vit(models::vit_base_patch16(1000), 1);
+  nn::freeze(vit);  // inference: nothing requires grad, nothing is recorded
+  using In = Tensor<float, models::vit_b16_shapes::images>;
+  In x{models::vit_b16_shapes::images(batch)};
+  nn::uniform_(x, 1.0, 99);
+  autograd::NoGrad ng;
+  float sink = 0;
+  for (int i = 0; i < warmup; ++i) sink += vit.forward(x).data()[0];
+  std::vector<double> ips;
+  for (int i = 0; i < runs; ++i) {
+    auto t0 = Clock::now();
+    auto y = vit.forward(x);
+    const double s = seconds_since(t0);
+    sink += y.data()[0];
+    ips.push_back(double(batch) / s);
+  }
+  std::sort(ips.begin(), ips.end());
+  std::printf("ttmoe_vit_b16_images_per_s: %.3f\n", ips[ips.size() / 2]);
+  std::fprintf(stderr, "(batch %ld, %d threads, %d runs, min %.3f max %.3f, checksum %g)\n", long(batch), threads, runs,
+               ips.front(), ips.back(), double(sink));
+  if (prof) profile(vit, x);
+  return 0;
+}

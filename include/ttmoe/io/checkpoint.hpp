@@ -1,0 +1,147 @@
+#pragma once
+// Loading a module's parameters from a safetensors checkpoint, and saving them. The loader checks
+// EVERYTHING before touching the module (missing keys, keys the module does not have, shapes,
+// dtypes) and throws one CheckpointError listing every problem, so a wrong checkpoint is diagnosed
+// in one run and never leaves a half-loaded model. Floating dtypes (F32/F64/F16/BF16) convert to T.
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <set>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ttmoe/autograd/tape.hpp"
+#include "ttmoe/io/checkpoint_names.hpp"
+#include "ttmoe/io/safetensors.hpp"
+#include "ttmoe/nn/module.hpp"
+
+namespace ttmoe::io {
+
+/// A checkpoint that does not fit the module; what() names the file and lists every problem.
+class CheckpointError : public std::runtime_error {
+ public:
+  CheckpointError(std::string path, std::vector<std::string> problems)
+      : std::runtime_error(format(path, problems)), path_(std::move(path)), problems_(std::move(problems)) {}
+  /// The checkpoint file (or in-memory label).
+  const std::string& path() const noexcept { return path_; }
+  /// One line per problem ("missing key ...", "unexpected key ...", "shape mismatch ...").
+  const std::vector<std::string>& problems() const noexcept { return problems_; }
+
+ private:
+  static std::string format(const std::string& path, const std::vector<std::string>& p) {
+    std::string s = path + ": checkpoint does not match the module (" + std::to_string(p.size()) + " problem" +
+                    (p.size() == 1 ? "" : "s") + "):";
+    for (const auto& l : p) s += "\n  " + l;
+    return s;
+  }
+  std::string path_;
+  std::vector<std::string> problems_;
+};
+
+/// What load_state tolerates.
+struct LoadOptions {
+  bool allow_missing = false;      ///< module parameters absent from the file keep their values
+  bool ignore_unexpected = false;  ///< file keys (under the map's prefix) no parameter uses are fine
+  /// Module parameter globs (fnmatch) not loaded at all, e.g. {"head.*"} to keep a fresh head.
+  std::vector<std::string> skip;
+};
+
+/// What load_state did.
+struct LoadReport {
+  std::vector<std::string> loaded;      ///< module parameter names read from the file
+  std::vector<std::string> missing;     ///< tolerated missing parameters (allow_missing)
+  std::vector<std::string> unexpected;  ///< tolerated unused file keys (ignore_unexpected)
+};
+
+namespace detail {
+inline bool is_float_dtype(DType d) { return d == DType::F32 || d == DType::F64 || d == DType::F16 || d == DType::BF16; }
+inline std::string shape_str(const std::vector<std::int64_t>& s) { return format_shape(std::span<const std::int64_t>(s)); }
+inline bool matches_any(const std::vector<std::string>& globs, const std::string& name) {
+  return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return fnmatch(g.c_str(), name.c_str(), 0) == 0; });
+}
+}  // namespace detail
+
+/// Loads every parameter of `module` (nn::for_each_parameter order) from `file`, key names through
+/// `names`. Throws CheckpointError listing all problems; on error the module is unchanged. Writes
+/// into the existing parameter storage, so requires_grad flags and views stay valid.
+template <class M>
+LoadReport load_state(M& module, const SafetensorsFile& file, const NameMap& names = timm_names(),
+                      const LoadOptions& opt = {}) {
+  std::vector<std::string> problems;
+  LoadReport report;
+  std::set<std::string> used;
+  // Pass 1: check everything.
+  nn::for_each_parameter(module, [&](const std::string& name, auto& t) {
+    using Tn = std::remove_cvref_t<decltype(t)>;
+    using T = typename Tn::value_type;
+    const std::string key = names.key_for(name);
+    if (detail::matches_any(opt.skip, name)) {
+      used.insert(key);  // a skipped parameter's key is not "unexpected" either
+      return;
+    }
+    if (!file.contains(key)) {
+      if (opt.allow_missing) report.missing.push_back(name);
+      else problems.push_back("missing key '" + key + "' (parameter " + name + ")");
+      return;
+    }
+    used.insert(key);
+    const TensorInfo& info = file.info(key);
+    const auto e = t.extents();
+    const std::vector<std::int64_t> want(e.begin(), e.end());
+    if (info.shape != want)
+      problems.push_back("shape mismatch for '" + key + "': file " + detail::shape_str(info.shape) + ", parameter " +
+                         name + " " + detail::shape_str(want));
+    const bool float_dst = std::is_floating_point_v<T>;
+    if (float_dst != detail::is_float_dtype(info.dtype))
+      problems.push_back("dtype " + std::string(dtype_name(info.dtype)) + " of '" + key +
+                         "' does not convert to the parameter's element type");
+  });
+  for (const auto& key : file.names()) {
+    if (!names.owns(key) || used.count(key)) continue;
+    if (opt.ignore_unexpected) report.unexpected.push_back(key);
+    else problems.push_back("unexpected key '" + key + "' (no module parameter maps to it)");
+  }
+  if (!problems.empty()) throw CheckpointError(file.path(), std::move(problems));
+  // Pass 2: read (no recording: loading is not part of any graph).
+  autograd::NoGrad ng;
+  nn::for_each_parameter(module, [&](const std::string& name, auto& t) {
+    using T = typename std::remove_cvref_t<decltype(t)>::value_type;
+    const std::string key = names.key_for(name);
+    if (detail::matches_any(opt.skip, name) || !file.contains(key)) return;
+    file.read_as<T>(key, std::span<T>(t.data(), std::size_t(t.numel())));
+    report.loaded.push_back(name);
+  });
+  return report;
+}
+
+/// Opens `path` and loads it into `module` (see the overload taking a SafetensorsFile).
+template <class M>
+LoadReport load_state(M& module, const std::filesystem::path& path, const NameMap& names = timm_names(),
+                      const LoadOptions& opt = {}) {
+  SafetensorsFile f(path);
+  return load_state(module, f, names, opt);
+}
+
+/// Writes every parameter of `module` to a safetensors file under `names` (timm names by default),
+/// stored as `dtype` (F32 default), with `metadata` entries (plus format=pt like torch's save).
+template <class M>
+void save_state(M& module, const std::filesystem::path& path, const NameMap& names = timm_names(),
+                DType dtype = DType::F32, const std::vector<std::pair<std::string, std::string>>& metadata = {}) {
+  SafetensorsWriter w;
+  nn::for_each_parameter(module, [&](const std::string& name, auto& t) {
+    using T = typename std::remove_cvref_t<decltype(t)>::value_type;
+    const auto e = t.extents();
+    w.add(names.key_for(name), std::span<const T>(t.data(), std::size_t(t.numel())),
+          std::vector<std::int64_t>(e.begin(), e.end()), dtype);
+  });
+  w.set_metadata("format", "pt");
+  for (const auto& [k, v] : metadata) w.set_metadata(k, v);
+  w.write(path);
+}
+
+}  // namespace ttmoe::io

@@ -1,0 +1,154 @@
+#pragma once
+// MoETTA (AAAI 2026) as the authors' code runs it (IMPLEMENTATION_FACTS.md, MoETTA section):
+//  * the model's LayerNorms with index >= first_moe_index (default 1: blocks.0.norm1 stays plain)
+//    become MoE-LayerNorms with E experts (default 9, the code's value; the paper says 11 for
+//    potpourri); only routers and expert deltas are trainable;
+//  * per batch t: H over all C logits; H̄_t = batch mean; m_t = mean(H̄_1..H̄_t) INCLUDING batch t
+//    (Algorithm 1 appends H̄_t before rescaling, and threshold_t = threshold_{t-1} * m_t / m_{t-1}
+//    with threshold_1 = H̄_1 telescopes to m_t); threshold_t = m_t; alpha_t = lambda * m_t
+//    (lambda 0.2);
+//  * kept: H <= threshold_t (the code's comparison; the paper writes <); weight exp(E0 - H) with
+//    E0 = 0.4 ln C (detached); loss = mean_kept(w H) + alpha_t * SUM over MoE layers of the balance
+//    loss. With no kept sample the entropy term is omitted (the code would produce NaN), the balance
+//    term still applies;
+//  * SGD momentum 0.9, lr = 1e-3 * B / 64 (linear scaling from the paper's "1e-3 at batch 64",
+//    fixed from the first batch's size); no reset; no mode switch (our ViT has no dropout).
+// A batch whose loss (or batch-mean entropy) is not finite is skipped, counted, and leaves both the
+// parameters and the running entropy mean untouched.
+//
+// Model requirements beyond forward(): convert_to_moe_layernorm(num_experts, first_index, seed),
+// moe_layers() (empty before conversion) and balance_loss() (sum over layers, last forward), as
+// models::VisionTransformer provides.
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ttmoe/autograd/backward.hpp"
+#include "ttmoe/tta/entropy.hpp"
+#include "ttmoe/tta/trainable.hpp"
+
+namespace ttmoe::tta {
+
+/// Running mean of batch-mean entropies: the dynamic threshold and balance weight of MoETTA.
+class EntropyRunningMean {
+ public:
+  /// The mean after adding `batch_mean` (does not commit it).
+  double peek(double batch_mean) const { return (sum_ + batch_mean) / double(count_ + 1); }
+  /// Adds a batch mean.
+  void add(double batch_mean) {
+    sum_ += batch_mean;
+    ++count_;
+  }
+  /// Current mean (NaN before the first batch).
+  double value() const { return count_ ? sum_ / double(count_) : std::nan(""); }
+  std::int64_t count() const { return count_; }
+  void clear() { sum_ = 0, count_ = 0; }
+
+ private:
+  double sum_ = 0;
+  std::int64_t count_ = 0;
+};
+
+/// MoETTA on model type Model.
+template <class Model, class T = float, class D = cpu>
+class MoETTA {
+ public:
+  struct Options {
+    index_t num_experts = 9;
+    index_t first_moe_index = 1;   ///< LayerNorms with a smaller module-order index stay plain
+    std::uint64_t router_seed = 0; ///< seed of the routers' Xavier-normal init
+    double lambda = 0.2;           ///< alpha_t = lambda * running mean entropy
+    double margin_factor = 0.4;    ///< E0 = margin_factor * ln C
+    LearningRate lr{1e-3, 64, {}};
+    double momentum = 0.9;
+    /// Experiments / tests: a fixed entropy threshold instead of the running mean (alpha unchanged).
+    std::optional<double> fixed_threshold;
+  };
+
+  MoETTA() = default;
+  explicit MoETTA(Options o) : opt_(std::move(o)) {}
+
+  std::string name() const { return "moetta"; }
+
+  /// Converts the model (unless it already has MoE-LayerNorms, e.g. loaded ones), freezes all but
+  /// routers and experts, snapshots them. Called lazily.
+  void prepare(Model& model) {
+    if (model.moe_layers().empty())
+      model.convert_to_moe_layernorm(opt_.num_experts, opt_.first_moe_index, opt_.router_seed);
+    select_trainable(model, {"*.experts.weight_delta", "*.experts.bias_delta", "*.router.weight", "*.router.bias"});
+    set_ = TrainableSet<T, D>(model);
+    model_ = &model;
+    stats_.clear();
+  }
+
+  /// One recorded forward, the filtered re-weighted entropy + balance loss, one SGD step; returns
+  /// the pre-step logits.
+  Tensor<T, DynShape<2>, D> adapt_and_predict(Model& model, const Tensor<T, DynShape<4>, D>& images) {
+    if (model_ != &model) prepare(model);
+    last_ = StepInfo{};
+    const index_t B = images.extent(0);
+    auto& sgd = set_.optimizer(opt_.lr, opt_.momentum, B);
+    autograd::Tape tape;
+    Tensor<T, DynShape<2>, D> logits = model.forward(images);
+    const double e0 = entropy_margin(logits.extent(1), opt_.margin_factor);
+    auto h = entropies(logits);
+    const auto hv = host_values(h);
+    const double batch_mean = mean_of(hv);
+    if (!std::isfinite(batch_mean)) {
+      tape.clear();
+      last_.skipped_nonfinite = true;
+      return logits.detach();
+    }
+    const double running = stats_.peek(batch_mean);  // includes this batch (Algorithm 1)
+    const double threshold = opt_.fixed_threshold ? *opt_.fixed_threshold : running;
+    const double alpha = opt_.lambda * running;
+    last_.threshold = threshold;
+    last_.alpha = alpha;
+    index_t kept = 0;
+    for (double v : hv) kept += v <= threshold;
+    last_.kept = kept;
+    Tensor<T, Shape<>, D> loss = model.balance_loss() * T(alpha);
+    if (kept > 0) {
+      std::vector<double> coef(hv.size(), 0.0);
+      for (std::size_t b = 0; b < hv.size(); ++b)
+        if (hv[b] <= threshold) coef[b] = std::exp(e0 - hv[b]) / double(kept);
+      loss = loss + weighted_entropy_sum(h, coef);
+    }
+    last_.loss = double(loss.item());
+    if (!std::isfinite(last_.loss)) {
+      tape.clear();
+      last_.skipped_nonfinite = true;
+      return logits.detach();
+    }
+    stats_.add(batch_mean);
+    autograd::backward(tape, loss);
+    sgd.step();
+    set_.zero_grad();
+    last_.updated = true;
+    return logits.detach();
+  }
+
+  const StepInfo& last_step() const { return last_; }
+  /// Restores the routers / experts as converted and forgets the entropy statistics (the method
+  /// itself never resets during a stream).
+  void reset() {
+    if (!model_) return;
+    set_.restore();
+    stats_.clear();
+  }
+  /// Running mean of batch-mean entropies over the applied batches.
+  const EntropyRunningMean& entropy_stats() const { return stats_; }
+  const TrainableSet<T, D>& trainable() const { return set_; }
+
+ private:
+  Options opt_;
+  TrainableSet<T, D> set_;
+  Model* model_ = nullptr;
+  EntropyRunningMean stats_;
+  StepInfo last_;
+};
+
+}  // namespace ttmoe::tta
