@@ -1,0 +1,212 @@
+#pragma once
+// The part of the example shared by the embedded (Fashion-MNIST) and full-scale (ImageNet) runs:
+// building a method by name, running it over a stream with progress on stderr, feeding batches
+// through the background loader, aggregating seeds into tables, and the two figures.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ttmoe/io/plot_heatmap.hpp>
+#include <ttmoe/io/plot_lines.hpp>
+#include <ttmoe/io/streams.hpp>
+#include <ttmoe/io/streams_loader.hpp>
+#include <ttmoe/models/vit.hpp>
+#include <ttmoe/tta/tta.hpp>
+
+namespace moetta_example {
+
+using namespace ttmoe;
+using Model = models::VisionTransformer<float>;
+using Images = Tensor<float, DynShape<4>>;
+
+/// Table name of a method key.
+inline std::string display_name(const std::string& m) {
+  if (m == "noadapt") return "No-adapt";
+  if (m == "tent") return "Tent";
+  if (m == "eata") return "EATA";
+  if (m == "sar") return "SAR";
+  if (m == "moetta") return "MoETTA";
+  return m;
+}
+
+/// Geometry of the model input, enough to assemble batches.
+struct Geometry {
+  index_t channels = 3, height = 224, width = 224;
+  std::size_t floats() const { return std::size_t(channels * height * width); }
+};
+
+/// A tta::BatchSource over `stream`, batches of `batch` items assembled on a background thread by
+/// `fill(item, out)` (which writes one preprocessed image of g.floats() floats). The loader is owned
+/// by the returned callable, so it lives exactly as long as the stream is being consumed.
+inline tta::BatchSource<float> loader_source(const io::Stream& stream, index_t batch, Geometry g,
+                                             std::function<void(const io::StreamItem&, float*)> fill,
+                                             std::size_t capacity = 4) {
+  const std::size_t n = stream.items.size(), nb = (n + std::size_t(batch) - 1) / std::size_t(batch);
+  auto items = std::make_shared<std::vector<io::StreamItem>>(stream.items);
+  auto produce = [items, batch, g, fill](std::size_t i) {
+    const std::size_t b0 = i * std::size_t(batch), b1 = std::min(items->size(), b0 + std::size_t(batch));
+    tta::Batch<float> out;
+    out.images = Images(DynShape<4>(index_t(b1 - b0), g.channels, g.height, g.width));
+    for (std::size_t k = b0; k < b1; ++k) {
+      fill((*items)[k], out.images.data() + (k - b0) * g.floats());
+      out.labels.push_back((*items)[k].label);
+      out.domains.push_back((*items)[k].domain);
+    }
+    return out;
+  };
+  auto loader = std::make_shared<io::BackgroundLoader<tta::Batch<float>>>(nb, produce, capacity);
+  return [loader]() { return loader->next(); };
+}
+
+/// Runs method `name` over `source` on `model`, printing progress (batches, images/s, running
+/// accuracy) on stderr. `fisher` feeds EATA; `seed` seeds MoETTA's routers.
+inline tta::Report run_method(const std::string& name, Model& model, const tta::BatchSource<float>& source,
+                              std::size_t total_batches, const std::vector<Images>& fisher, std::uint64_t seed,
+                              const std::string& label) {
+  auto progress = [&](const tta::Progress& p) {
+    if (p.batches % 4 && std::size_t(p.batches) != total_batches) return;
+    std::fprintf(stderr, "\r  %-22s batch %4lld/%-4zu  %7.1f img/s  running acc %6.2f%%   ", label.c_str(),
+                 (long long)p.batches, total_batches, p.images_per_second, 100 * p.accuracy);
+    std::fflush(stderr);
+  };
+  tta::Report r;
+  if (name == "noadapt") {
+    tta::NoAdapt<Model> m;
+    r = tta::run(model, m, source, progress);
+  } else if (name == "tent") {
+    tta::Tent<Model> m;
+    r = tta::run(model, m, source, progress);
+  } else if (name == "eata") {
+    tta::EATA<Model> m({}, fisher);
+    r = tta::run(model, m, source, progress);
+  } else if (name == "sar") {
+    tta::SAR<Model> m;
+    r = tta::run(model, m, source, progress);
+  } else if (name == "moetta") {
+    typename tta::MoETTA<Model>::Options o;
+    o.router_seed = seed;
+    tta::MoETTA<Model> m(o);
+    r = tta::run(model, m, source, progress);
+  } else {
+    throw std::invalid_argument("unknown method " + name);
+  }
+  std::fprintf(stderr, "\n");
+  return r;
+}
+
+/// Mean and population standard deviation (ddof 0, as numpy's default) of `v`.
+struct MeanStd {
+  double mean = std::nan(""), std = std::nan("");
+};
+inline MeanStd mean_std(const std::vector<double>& v) {
+  if (v.empty()) return {};
+  double s = 0, q = 0;
+  for (double x : v) s += x;
+  const double m = s / double(v.size());
+  for (double x : v) q += (x - m) * (x - m);
+  return {m, std::sqrt(q / double(v.size()))};
+}
+
+/// Every report of a run, by method then seed order.
+using Results = std::map<std::string, std::vector<tta::Report>>;
+
+/// The summary table: method | accuracy mean +- std | images/s | time (mean over seeds).
+inline std::string summary_table(const std::vector<std::string>& methods, const Results& res, std::size_t seeds) {
+  std::string s = fmt::format("| {:<9} | {:>21} | {:>9} | {:>10} |\n", "method",
+                              fmt::format("accuracy % ({} seeds)", seeds), "images/s", "time (s)");
+  s += "|-----------|-----------------------|-----------|------------|\n";
+  for (const auto& m : methods) {
+    std::vector<double> acc, ips, sec;
+    for (const auto& r : res.at(m)) acc.push_back(100 * r.accuracy), ips.push_back(r.images_per_second), sec.push_back(r.seconds);
+    const auto a = mean_std(acc);
+    s += fmt::format("| {:<9} | {:>13.2f} +- {:<4.2f} | {:>9.1f} | {:>10.1f} |\n", display_name(m), a.mean, a.std,
+                     mean_std(ips).mean, mean_std(sec).mean);
+  }
+  return s;
+}
+
+/// Per-domain accuracy (%, mean over seeds): one row per domain, one column per method.
+inline std::string domain_table(const std::vector<std::string>& methods, const Results& res,
+                                const std::vector<std::string>& domains) {
+  std::string s = fmt::format("| {:<18} |", "domain");
+  for (const auto& m : methods) s += fmt::format(" {:>8} |", display_name(m));
+  s += "\n|--------------------|";
+  for (std::size_t i = 0; i < methods.size(); ++i) s += "----------|";
+  s += "\n";
+  for (std::size_t d = 0; d < domains.size(); ++d) {
+    s += fmt::format("| {:<18} |", domains[d]);
+    for (const auto& m : methods) {
+      std::vector<double> v;
+      for (const auto& r : res.at(m))
+        if (auto it = r.per_domain.find(int(d)); it != r.per_domain.end()) v.push_back(100 * it->second.accuracy());
+      s += fmt::format(" {:>8.2f} |", mean_std(v).mean);
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+/// Cosine similarity of the expert parameter vectors (weight_delta[e] || bias_delta[e]) of one
+/// MoE-LayerNorm, E x E row-major. An expert that was never updated has a zero vector: its cosine
+/// is undefined and is reported as NaN (drawn gray) rather than faked.
+inline std::vector<double> expert_similarity(const moe::MoELayerNorm<float>& layer) {
+  const index_t E = layer.experts.weight_delta.extent(0), Dm = layer.experts.weight_delta.extent(1);
+  const auto w = layer.experts.weight_delta.detach().to_vector(), b = layer.experts.bias_delta.detach().to_vector();
+  auto dot = [&](index_t i, index_t j) {
+    double s = 0;
+    for (index_t k = 0; k < Dm; ++k) s += double(w[i * Dm + k]) * w[j * Dm + k] + double(b[i * Dm + k]) * b[j * Dm + k];
+    return s;
+  };
+  std::vector<double> out(std::size_t(E * E));
+  for (index_t i = 0; i < E; ++i)
+    for (index_t j = 0; j < E; ++j) {
+      const double n = std::sqrt(dot(i, i) * dot(j, j));
+      out[std::size_t(i * E + j)] = n > 0 ? dot(i, j) / n : std::nan("");
+    }
+  return out;
+}
+
+/// Figure 4 of the paper: the expert-similarity heat map of every MoE-LayerNorm of `model`.
+inline void save_expert_similarity(const Model& model, const std::filesystem::path& path, const std::string& title) {
+  plot::HeatmapGrid g;
+  g.title = title;
+  const auto layers = model.moe_layers();
+  const auto idx = model.moe_layer_indices();
+  g.columns = layers.size() > 12 ? 6 : 4;
+  for (std::size_t k = 0; k < layers.size(); ++k) {
+    const index_t E = layers[k]->experts.weight_delta.extent(0);
+    g.tiles.push_back({model.layernorm_name(idx[k]), int(E), int(E), expert_similarity(*layers[k])});
+  }
+  plot::save(g, path);
+}
+
+/// Cumulative accuracy over the stream, one line per method (the given seed's reports).
+inline void save_cumulative_accuracy(const std::vector<std::string>& methods, const std::vector<tta::Report>& reports,
+                                     index_t batch, const std::filesystem::path& path, const std::string& title) {
+  plot::LinePlot p;
+  p.title = title;
+  p.xlabel = "images seen";
+  p.ylabel = "cumulative accuracy (%)";
+  for (std::size_t k = 0; k < methods.size(); ++k) {
+    plot::Series s{display_name(methods[k]), {}, {}, {}};
+    const auto& r = reports[k];
+    for (std::size_t i = 0; i < r.accuracy_trace.size(); ++i) {
+      s.x.push_back(double(std::min<std::int64_t>(std::int64_t(i + 1) * batch, r.images)));
+      s.y.push_back(100 * r.accuracy_trace[i]);
+    }
+    p.series.push_back(std::move(s));
+  }
+  plot::save(p, path);
+}
+
+}  // namespace moetta_example

@@ -1,0 +1,284 @@
+#pragma once
+// The embedded default: a small gray-scale ViT trained by ttmoe on Fashion-MNIST (cached as a
+// safetensors checkpoint with its config in the metadata), and the mixed test stream built from the
+// Fashion-MNIST test set: the 15 ImageNet-C corruptions (CIFAR parameters at <= 64 px), a
+// sketch-like rendition and an inverted rendition, each a domain.
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <ttmoe/io/checkpoint.hpp>
+#include <ttmoe/io/corruptions.hpp>
+#include <ttmoe/io/idx.hpp>
+#include <ttmoe/io/streams.hpp>
+#include <ttmoe/nn/loss.hpp>
+#include <ttmoe/nn/optim_adam.hpp>
+
+#include "experiment.hpp"
+
+namespace moetta_example {
+
+/// The embedded model and how it was trained; everything that changes the weights is in the cache
+/// key, so changing a number here retrains instead of loading a stale file.
+struct FashionSetup {
+  models::ViTConfig vit{28, 7, 1, 64, 6, 4, 128, 10};  // img, patch, chans, dim, depth, heads, mlp, classes
+  int epochs = 3;
+  index_t batch = 128;
+  double lr = 2e-3, weight_decay = 0.05;
+  float mean = 0.5f, std = 0.5f;  ///< same normalisation convention as the augreg ViT
+  /// Cache file name (config and recipe encoded).
+  std::string cache_name() const {
+    return fmt::format("fmnist_vit_i{}p{}d{}x{}h{}m{}_e{}b{}_v1.safetensors", vit.img_size, vit.patch_size, vit.embed_dim,
+                       vit.depth, vit.num_heads, vit.mlp_hidden, epochs, batch);
+  }
+};
+
+/// The cache folder: --cache, else $TTMOE_CACHE_DIR, else ~/.cache/ttmoe (created if missing).
+inline std::filesystem::path cache_dir(const std::optional<std::string>& opt) {
+  std::filesystem::path d;
+  if (opt) d = *opt;
+  else if (const char* e = std::getenv("TTMOE_CACHE_DIR"); e && *e) d = e;
+  else if (const char* h = std::getenv("HOME"); h && *h) d = std::filesystem::path(h) / ".cache" / "ttmoe";
+  else d = ".ttmoe-cache";
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+/// Gray [0,1] image n of a split.
+inline Image fashion_image(const io::FashionMnistSplit& s, std::size_t n) {
+  Image im = make_image(int(s.height), int(s.width), 1);
+  const std::size_t px = s.height * s.width;
+  for (std::size_t i = 0; i < px; ++i) im.pixels[i] = float(s.pixels[n * px + i]) / 255.0f;
+  return im;
+}
+
+/// Writes image n of `s`, normalised, into out (H*W floats).
+inline void fashion_normalized(const io::FashionMnistSplit& s, std::size_t n, float mean, float std, float* out) {
+  const std::size_t px = s.height * s.width;
+  for (std::size_t i = 0; i < px; ++i) out[i] = (float(s.pixels[n * px + i]) / 255.0f - mean) / std;
+}
+
+/// Clean top-1 accuracy of `model` on a split (no gradients).
+inline double fashion_accuracy(const Model& model, const io::FashionMnistSplit& s, const FashionSetup& f) {
+  autograd::NoGrad ng;
+  const std::size_t px = s.height * s.width;
+  std::size_t correct = 0;
+  for (std::size_t b0 = 0; b0 < s.count; b0 += 256) {
+    const std::size_t n = std::min<std::size_t>(256, s.count - b0);
+    Images x(DynShape<4>(index_t(n), 1, index_t(s.height), index_t(s.width)));
+    for (std::size_t k = 0; k < n; ++k) fashion_normalized(s, b0 + k, f.mean, f.std, x.data() + k * px);
+    const auto z = model.forward(x).to_vector();
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto* row = z.data() + k * 10;
+      correct += std::size_t(std::max_element(row, row + 10) - row) == s.labels[b0 + k];
+    }
+  }
+  return double(correct) / double(s.count);
+}
+
+/// Trains the embedded ViT with AdamW (linear warm-up, cosine decay, random horizontal flips),
+/// printing a progress bar with images/s and running loss / accuracy on stderr.
+inline Model train_fashion(const io::FashionMnistSplit& train, const FashionSetup& f) {
+  Model model(f.vit, 0);
+  auto params = nn::named_parameters<float>(model);
+  typename nn::Adam<float>::Options ao;
+  ao.lr = f.lr, ao.weight_decay = f.weight_decay;
+  auto opt = nn::AdamW<float>(params, ao);
+  const std::size_t px = train.height * train.width, W = train.width;
+  const std::size_t steps_per_epoch = train.count / std::size_t(f.batch);  // drop the ragged last batch
+  const std::size_t total = steps_per_epoch * std::size_t(f.epochs), warmup = steps_per_epoch / 2;
+  std::vector<std::size_t> order(train.count);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 g(1234);
+  std::size_t step = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int ep = 0; ep < f.epochs; ++ep) {
+    io::portable_shuffle(order, g);
+    double run_loss = 0, run_correct = 0, run_n = 0;
+    for (std::size_t it = 0; it < steps_per_epoch; ++it, ++step) {
+      const double lr = step < warmup ? f.lr * double(step + 1) / double(warmup)
+                                      : 0.5 * f.lr * (1 + std::cos(M_PI * double(step - warmup) / double(total - warmup)));
+      opt.options().lr = lr;
+      Images x(DynShape<4>(f.batch, 1, index_t(train.height), index_t(W)));
+      std::vector<std::int64_t> y(std::size_t(f.batch));
+      for (index_t k = 0; k < f.batch; ++k) {
+        const std::size_t n = order[it * std::size_t(f.batch) + std::size_t(k)];
+        float* dst = x.data() + std::size_t(k) * px;
+        fashion_normalized(train, n, f.mean, f.std, dst);
+        if (g() & 1)  // horizontal flip: clothes are left-right symmetric, a free augmentation
+          for (std::size_t r = 0; r < train.height; ++r) std::reverse(dst + r * W, dst + (r + 1) * W);
+        y[std::size_t(k)] = train.labels[n];
+      }
+      auto labels = IndexTensor<DynShape<1>>::from_host(DynShape<1>(f.batch), std::span<const std::int64_t>(y));
+      autograd::Tape tape;
+      Tensor<float, DynShape<2>> logits = model.forward(x);
+      Tensor<float, Shape<>> loss = nn::cross_entropy(logits, labels);
+      autograd::backward(tape, loss);
+      opt.step();
+      opt.zero_grad();
+      const auto z = logits.detach().to_vector();
+      for (index_t k = 0; k < f.batch; ++k) {
+        const float* row = z.data() + k * 10;
+        run_correct += (std::max_element(row, row + 10) - row) == y[std::size_t(k)];
+      }
+      run_loss += double(loss.item()) * double(f.batch);
+      run_n += double(f.batch);
+      if (it % 10 == 0 || it + 1 == steps_per_epoch) {
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const int bar = int(30.0 * double(it + 1) / double(steps_per_epoch));
+        std::fprintf(stderr, "\r  epoch %d/%d [%s%s] %5zu/%zu  %6.0f img/s  loss %.4f  acc %5.2f%%  lr %.2e ", ep + 1,
+                     f.epochs, std::string(std::size_t(bar), '#').c_str(), std::string(std::size_t(30 - bar), '.').c_str(),
+                     (it + 1) * std::size_t(f.batch), steps_per_epoch * std::size_t(f.batch),
+                     double((step + 1) * std::size_t(f.batch)) / secs, run_loss / run_n, 100 * run_correct / run_n, lr);
+        std::fflush(stderr);
+      }
+    }
+    std::fprintf(stderr, "\n");
+  }
+  return model;
+}
+
+/// The config stored in the checkpoint metadata (JSON), so a cached file describes itself.
+inline std::string config_json(const FashionSetup& f) {
+  nlohmann::json j = {{"img_size", f.vit.img_size}, {"patch_size", f.vit.patch_size}, {"in_chans", f.vit.in_chans},
+                      {"embed_dim", f.vit.embed_dim}, {"depth", f.vit.depth},        {"num_heads", f.vit.num_heads},
+                      {"mlp_hidden", f.vit.mlp_hidden}, {"num_classes", f.vit.num_classes}, {"eps", f.vit.eps},
+                      {"epochs", f.epochs},           {"batch", f.batch},            {"lr", f.lr},
+                      {"weight_decay", f.weight_decay}, {"mean", f.mean},            {"std", f.std}};
+  return j.dump();
+}
+
+/// Builds a model from a checkpoint's "ttmoe.vit_config" metadata and loads its weights.
+inline Model load_fashion_checkpoint(const std::filesystem::path& path) {
+  io::SafetensorsFile file(path);
+  const auto& meta = file.metadata();
+  auto it = meta.find("ttmoe.vit_config");
+  if (it == meta.end()) throw std::runtime_error(path.string() + ": no ttmoe.vit_config metadata");
+  const auto j = nlohmann::json::parse(it->second);
+  models::ViTConfig c;
+  c.img_size = j.at("img_size"), c.patch_size = j.at("patch_size"), c.in_chans = j.at("in_chans");
+  c.embed_dim = j.at("embed_dim"), c.depth = j.at("depth"), c.num_heads = j.at("num_heads");
+  c.mlp_hidden = j.at("mlp_hidden"), c.num_classes = j.at("num_classes"), c.eps = j.at("eps");
+  Model m(c, 0);
+  io::load_state(m, file);
+  return m;
+}
+
+/// The cached model (trained and saved on first use or with `retrain`); prints its clean accuracy.
+inline std::filesystem::path ensure_fashion_model(const FashionSetup& f, const std::filesystem::path& dir, bool retrain,
+                                                  const io::FashionMnistSplit& train, const io::FashionMnistSplit& test) {
+  const auto path = dir / f.cache_name();
+  if (!retrain && std::filesystem::exists(path)) {
+    try {
+      io::SafetensorsFile file(path);
+      const auto& meta = file.metadata();
+      auto acc = meta.find("ttmoe.clean_test_accuracy");
+      fmt::print("Loaded cached model {}\n  clean Fashion-MNIST test accuracy {}%\n", path.string(),
+                 acc == meta.end() ? "?" : acc->second);
+      return path;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "cached model {} unreadable ({}); retraining\n", path.string(), e.what());
+    }
+  }
+  fmt::print("Training the embedded ViT on Fashion-MNIST ({} images, {} epochs, AdamW; cached afterwards)\n", train.count,
+             f.epochs);
+  const auto t0 = std::chrono::steady_clock::now();
+  Model m = train_fashion(train, f);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double acc = fashion_accuracy(m, test, f);
+  const auto tmp = path.string() + ".tmp";  // write then rename: an interrupted run leaves no half file
+  io::save_state(m, tmp, io::timm_names(), io::DType::F32,
+                 {{"ttmoe.vit_config", config_json(f)}, {"ttmoe.clean_test_accuracy", fmt::format("{:.2f}", 100 * acc)},
+                  {"ttmoe.training_seconds", fmt::format("{:.0f}", secs)}});
+  std::filesystem::rename(tmp, path);
+  fmt::print("  trained in {:.0f} s; clean Fashion-MNIST test accuracy {:.2f}%; saved {}\n", secs, 100 * acc, path.string());
+  return path;
+}
+
+/// Sketch-like rendition: Sobel gradient magnitude (an edge map), inverted so edges are dark lines
+/// on white paper, like ImageNet-Sketch's pencil drawings.
+inline Image sketch(const Image& im) {
+  Image out = make_image(im.height, im.width, 1);
+  auto at = [&](int y, int x) { return im.at(std::clamp(y, 0, im.height - 1), std::clamp(x, 0, im.width - 1), 0); };
+  for (int y = 0; y < im.height; ++y)
+    for (int x = 0; x < im.width; ++x) {
+      const float gx = at(y - 1, x + 1) + 2 * at(y, x + 1) + at(y + 1, x + 1) - at(y - 1, x - 1) - 2 * at(y, x - 1) - at(y + 1, x - 1);
+      const float gy = at(y + 1, x - 1) + 2 * at(y + 1, x) + at(y + 1, x + 1) - at(y - 1, x - 1) - 2 * at(y - 1, x) - at(y - 1, x + 1);
+      out.at(y, x, 0) = 1.0f - std::min(1.0f, std::sqrt(gx * gx + gy * gy) / 2.0f);
+    }
+  return out;
+}
+
+/// Photographic negative.
+inline Image inverted(const Image& im) {
+  Image out = im;
+  for (auto& v : out.pixels) v = 1.0f - v;
+  return out;
+}
+
+/// Domain names of the embedded stream: the 15 corruptions, then "sketch" and "inverted".
+inline std::vector<std::string> fashion_domain_names() {
+  std::vector<std::string> d;
+  for (auto c : all_corruptions) d.emplace_back(corruption_name(c));
+  d.emplace_back("sketch");
+  d.emplace_back("inverted");
+  return d;
+}
+
+/// The mixed stream for one seed plus its images (normalised, H*W floats each, indexed by
+/// StreamItem::ref). Each domain takes `per_domain` test images (the same subset for every seed, so
+/// seeds differ only in order and corruption randomness); the corruption seed of an image mixes the
+/// stream seed, the domain and the image index.
+struct FashionStream {
+  io::Stream stream;
+  std::vector<float> pixels;
+};
+inline FashionStream make_fashion_stream(const io::FashionMnistSplit& test, const FashionSetup& f, std::size_t per_domain,
+                                         int severity, std::uint64_t seed) {
+  const auto names = fashion_domain_names();
+  std::vector<io::StreamItem> all(test.count);
+  for (std::size_t i = 0; i < test.count; ++i) all[i] = {i, test.labels[i], 0};
+  const std::size_t px = test.height * test.width;
+  FashionStream fs;
+  std::vector<io::DomainItems> domains;
+  for (std::size_t d = 0; d < names.size(); ++d) {
+    auto items = io::subsample(all, per_domain, 1000 + d);
+    for (auto& it : items) {
+      const Image clean = fashion_image(test, it.ref);
+      Image x = d < all_corruptions.size()
+                    ? corrupt(clean, all_corruptions[d], severity, seed * 1000003ull + d * 100003ull + it.ref)
+                    : d == all_corruptions.size() ? sketch(clean) : inverted(clean);
+      it.ref = fs.pixels.size() / px;
+      for (float v : x.pixels) fs.pixels.push_back((v - f.mean) / f.std);
+    }
+    domains.push_back({names[d], std::move(items)});
+  }
+  fs.stream = io::mix_domains(domains, seed);
+  return fs;
+}
+
+/// EATA's Fisher images: the first `n` clean training images, in batches of `batch`.
+inline std::vector<Images> fashion_fisher_batches(const io::FashionMnistSplit& train, const FashionSetup& f, std::size_t n,
+                                                  index_t batch) {
+  std::vector<Images> out;
+  const std::size_t px = train.height * train.width;
+  for (std::size_t b0 = 0; b0 < n; b0 += std::size_t(batch)) {
+    const std::size_t m = std::min<std::size_t>(std::size_t(batch), n - b0);
+    Images x(DynShape<4>(index_t(m), 1, index_t(train.height), index_t(train.width)));
+    for (std::size_t k = 0; k < m; ++k) fashion_normalized(train, b0 + k, f.mean, f.std, x.data() + k * px);
+    out.push_back(x);
+  }
+  return out;
+}
+
+}  // namespace moetta_example

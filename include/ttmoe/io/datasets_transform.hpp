@@ -1,0 +1,74 @@
+#pragma once
+// Evaluation preprocessing: decode (stb, via io/image.hpp), resize the shorter side, centre crop,
+// normalise per channel into the planar CHW layout a model consumes. One struct describes the
+// pipeline so the full-scale example can switch between ImageNet (resize 256 + crop 224) and
+// ImageNet-C (already 224: crop only) per domain. Needs stb linked (see image.hpp).
+
+#include <array>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "ttmoe/io/image.hpp"
+
+namespace ttmoe::io {
+
+/// The preprocessing of one domain.
+struct Preprocess {
+  int resize_shorter = 256;  ///< 0: no resize
+  int crop = 224;            ///< centre crop side (0: none)
+  int channels = 3;          ///< decoded channel count
+  std::array<float, 3> mean{0.5f, 0.5f, 0.5f};  ///< augreg timm ViT statistics by default
+  std::array<float, 3> std{0.5f, 0.5f, 0.5f};
+  /// Floats one preprocessed image occupies (channels * crop * crop).
+  std::size_t image_floats() const { return std::size_t(channels) * std::size_t(crop) * std::size_t(crop); }
+};
+
+/// ImageNet val / R / Sketch / A: resize shorter side to 256, centre crop 224.
+inline Preprocess imagenet_preprocess(std::array<float, 3> mean = {0.5f, 0.5f, 0.5f},
+                                      std::array<float, 3> std = {0.5f, 0.5f, 0.5f}) {
+  return Preprocess{256, 224, 3, mean, std};
+}
+/// ImageNet-C (images already 224 px after the benchmark's own resize): centre crop 224 only.
+inline Preprocess imagenet_c_preprocess(std::array<float, 3> mean = {0.5f, 0.5f, 0.5f},
+                                        std::array<float, 3> std = {0.5f, 0.5f, 0.5f}) {
+  return Preprocess{0, 224, 3, mean, std};
+}
+
+/// (pixel - mean[c]) / std[c] in planar CHW order into `out` (channels * H * W floats); any channel
+/// count 1..3, unlike to_chw_normalized, because the embedded Fashion-MNIST model is gray.
+inline void normalize_chw(const Image& im, const std::array<float, 3>& mean, const std::array<float, 3>& std,
+                          std::span<float> out) {
+  check_image(im, "normalize_chw");
+  if (im.channels < 1 || im.channels > 3)
+    throw std::invalid_argument("normalize_chw: 1 to 3 channels, got " + std::to_string(im.channels));
+  const std::size_t plane = std::size_t(im.height) * std::size_t(im.width);
+  if (out.size() != plane * std::size_t(im.channels))
+    throw std::invalid_argument("normalize_chw: output holds " + std::to_string(out.size()) + " floats, need " +
+                                std::to_string(plane * std::size_t(im.channels)));
+  for (int c = 0; c < im.channels; ++c) {
+    float* dst = out.data() + std::size_t(c) * plane;
+    const float m = mean[std::size_t(c)], s = std[std::size_t(c)];
+    for (std::size_t i = 0; i < plane; ++i) dst[i] = (im.pixels[i * std::size_t(im.channels) + std::size_t(c)] - m) / s;
+  }
+}
+
+/// Resize + crop + normalise an already decoded image into `out`.
+inline void preprocess_into(const Image& im, const Preprocess& p, std::span<float> out) {
+  Image x = p.resize_shorter > 0 ? resize_shorter_side(im, p.resize_shorter) : im;
+  if (p.crop > 0) {
+    if (x.height < p.crop || x.width < p.crop)
+      throw std::invalid_argument("preprocess: image " + std::to_string(x.height) + "x" + std::to_string(x.width) +
+                                  " is smaller than the " + std::to_string(p.crop) + " crop");
+    x = center_crop(x, p.crop, p.crop);
+  }
+  normalize_chw(x, p.mean, p.std, out);
+}
+
+/// Decodes `path` and preprocesses it into `out`. Errors name the file.
+inline void load_preprocessed(const std::filesystem::path& path, const Preprocess& p, std::span<float> out) {
+  preprocess_into(load_image(path, p.channels), p, out);
+}
+
+}  // namespace ttmoe::io
