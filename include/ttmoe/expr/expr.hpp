@@ -38,6 +38,12 @@ struct TensorLeaf {
 
   std::array<index_t, rank> extents() const { return tensor.extents(); }
   bool requires_grad() const { return tensor.requires_grad(); }
+  /// This operand as the backward pass keeps it: whole when its values are read, else only its
+  /// shape and gradient metadata (the buffer is released).
+  TensorLeaf for_backward(bool keep_values) const {
+    if (keep_values) return *this;
+    return {Tensor<T, S, D>::from_parts(nullptr, nullptr, tensor.shape(), tensor.meta())};
+  }
 
   template <std::size_t R>
   LeafKernel<T, R> kernel(const std::array<index_t, R>& out) const {
@@ -80,6 +86,7 @@ struct ScalarLeaf {
 
   std::array<index_t, 0> extents() const { return {}; }
   bool requires_grad() const { return false; }
+  ScalarLeaf for_backward(bool) const { return *this; }
   template <std::size_t R>
   ScalarKernel<T> kernel(const std::array<index_t, R>&) const {
     return {value};
@@ -126,6 +133,25 @@ struct Expr {
     } else {
       return std::apply([](const auto&... x) { return (x.requires_grad() || ...); }, args);
     }
+  }
+  /// The expression as its backward pass keeps it: operands whose values no needed VJP reads are
+  /// reduced to shape + gradient metadata, so their buffers are not held by the tape.
+  Expr for_backward(bool keep_values) const {
+    constexpr std::size_t N = sizeof...(A);
+    std::array<bool, N> keep{};
+    keep.fill(true);
+    if constexpr (requires { Op::keep_operands(std::array<bool, N>{}); }) {
+      if (!keep_values) {
+        const std::array<bool, N> rg = std::apply([](const auto&... x) { return std::array<bool, N>{x.requires_grad()...}; }, args);
+        keep = Op::keep_operands(rg);
+      }
+    }
+    return std::apply(
+        [&](const auto&... x) {
+          std::size_t i = 0;
+          return Expr{x.for_backward(keep[i++])...};  // braces: left-to-right evaluation
+        },
+        args);
   }
   template <std::size_t R>
   auto kernel(const std::array<index_t, R>& out) const {
@@ -212,7 +238,7 @@ Tensor<typename E::value_type, S, typename E::device_type> materialize(const E& 
   Tensor<T, S, D> out(S::from_extents(ext, "assign expression"));
   Backend<D>::evaluate(e.kernel(ext), out.data(), ext);
   if (autograd::is_recording() && e.requires_grad()) {
-    autograd::current_tape()->push("fused_elementwise", out.make_output_meta(), [e, ext](const T* g) {
+    autograd::current_tape()->push("fused_elementwise", out.make_output_meta(), [e = e.for_backward(false), ext](const T* g) {
       expr::BackwardPlan<T, D> plan;
       auto k = e.template backward_kernel<R, D>(ext, true, plan);
       Backend<D>::evaluate_backward(k, g, ext);

@@ -53,7 +53,7 @@ struct LeafKernel {
   TTMOE_HD void set_row(const std::array<index_t, R>& idx, index_t out_row_offset) {
     index_t off = 0;
     for (std::size_t d = 0; d + 1 < R; ++d) off += idx[d] * stride[d];
-    row = base + off;
+    row = base ? base + off : nullptr;
     if (sink_base) sink_row = sink_base + out_row_offset;
   }
   /// Value at inner position j of the current row.
@@ -73,7 +73,8 @@ struct LeafKernel {
   };
   template <class V>
   TTMOE_HD V fwd(index_t j, Cache<V>& c) const {
-    return c.out = eval<V>(j);
+    // A null row is an operand the backward pass did not keep (no needed VJP reads its value).
+    return c.out = row ? eval<V>(j) : V(0);
   }
   template <class V>
   TTMOE_HD void bwd(index_t j, const Cache<V>&, V g) const {

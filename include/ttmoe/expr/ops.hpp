@@ -5,8 +5,15 @@
 // so the same body runs in the scalar loop, the SIMD loop and on the GPU. An op that is not
 // differentiable says so (`differentiable = false`): its result never carries a gradient.
 //
+// What the backward keeps alive: by default a fused node saves every tensor operand. An op whose VJP
+// does not read operand values says so with `keep_operands(requires_grad)` (which operands' values the
+// VJP reads, given which operands need a gradient), so `x + bias` or a residual add saves nothing and
+// `x * w` keeps x only if w needs a gradient.
+//
 // Adding an op: write the functor here and a gradcheck case in tests/gradcheck; the coverage test
 // fails until the case exists.
+
+#include <array>
 
 #include "ttmoe/expr/vmath.hpp"
 
@@ -17,6 +24,7 @@ namespace ttmoe::op {
 struct neg {
   static constexpr const char* name = "neg";
   static constexpr bool differentiable = true;
+  static constexpr std::array<bool, 1> keep_operands(std::array<bool, 1>) { return {false}; }
   template <class V> TTMOE_HD static V apply(V a) { return -a; }
   template <class V> TTMOE_HD static void vjp(V, V, V g, V& ga) { ga = -g; }
 };
@@ -134,6 +142,7 @@ struct silu {
 struct add {
   static constexpr const char* name = "add";
   static constexpr bool differentiable = true;
+  static constexpr std::array<bool, 2> keep_operands(std::array<bool, 2>) { return {false, false}; }
   template <class V> TTMOE_HD static V apply(V a, V b) { return a + b; }
   template <class V> TTMOE_HD static void vjp(V, V, V, V g, V& ga, V& gb) { ga = g; gb = g; }
 };
@@ -141,6 +150,7 @@ struct add {
 struct sub {
   static constexpr const char* name = "sub";
   static constexpr bool differentiable = true;
+  static constexpr std::array<bool, 2> keep_operands(std::array<bool, 2>) { return {false, false}; }
   template <class V> TTMOE_HD static V apply(V a, V b) { return a - b; }
   template <class V> TTMOE_HD static void vjp(V, V, V, V g, V& ga, V& gb) { ga = g; gb = -g; }
 };
@@ -148,6 +158,7 @@ struct sub {
 struct mul {
   static constexpr const char* name = "mul";
   static constexpr bool differentiable = true;
+  static constexpr std::array<bool, 2> keep_operands(std::array<bool, 2> rg) { return {rg[1], rg[0]}; }
   template <class V> TTMOE_HD static V apply(V a, V b) { return a * b; }
   template <class V> TTMOE_HD static void vjp(V a, V b, V, V g, V& ga, V& gb) { ga = g * b; gb = g * a; }
 };
@@ -221,6 +232,7 @@ TTMOE_COMPARISON(equal, vm::eq(a, b))
 struct where {
   static constexpr const char* name = "where";
   static constexpr bool differentiable = true;
+  static constexpr std::array<bool, 3> keep_operands(std::array<bool, 3>) { return {true, false, false}; }
   template <class V> TTMOE_HD static V apply(V m, V a, V b) { return vm::select(m, a, b); }
   template <class V> TTMOE_HD static void vjp(V m, V, V, V, V g, V& gm, V& ga, V& gb) {
     gm = V(0);
@@ -232,6 +244,7 @@ struct where {
 struct muladd {
   static constexpr const char* name = "muladd";
   static constexpr bool differentiable = true;
+  static constexpr std::array<bool, 3> keep_operands(std::array<bool, 3> rg) { return {rg[1], rg[0], false}; }
   template <class V> TTMOE_HD static V apply(V a, V b, V c) { return a * b + c; }
   template <class V> TTMOE_HD static void vjp(V a, V b, V, V, V g, V& ga, V& gb, V& gc) {
     ga = g * b;
