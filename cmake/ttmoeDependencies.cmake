@@ -14,6 +14,7 @@ endif()
 ttmoe_find_dependency(Eigen3 3.4 CONFIG)
 ttmoe_find_dependency(xsimd CONFIG)
 ttmoe_find_dependency(fmt CONFIG)
+ttmoe_find_dependency(nlohmann_json 3 CONFIG)   # safetensors / checkpoint headers (header-only)
 set(THREADS_PREFER_PTHREAD_FLAG ON)
 ttmoe_find_dependency(Threads)
 

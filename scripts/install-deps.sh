@@ -6,7 +6,7 @@ pkgs=(
   build-essential cmake git pkg-config
   libeigen3-dev libxsimd-dev xtl-dev libfmt-dev        # the library's own dependencies
   catch2 libbenchmark-dev                              # tests and benchmarks
-  nlohmann-json3-dev libstb-dev                        # checkpoint headers, image decoding
+  nlohmann-json3-dev libstb-dev zlib1g-dev             # checkpoint headers, image decoding, Fashion-MNIST
   libopenblas-dev                                      # optional BLAS GEMM path, benchmark peer
   clang libclang-rt-14-dev                             # libFuzzer target
   python3-torch python3-torchvision python3-numpy      # PyTorch references (/usr/bin/python3)

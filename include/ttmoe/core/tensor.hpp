@@ -14,6 +14,7 @@
 
 #include "ttmoe/autograd/tape.hpp"
 #include "ttmoe/backend/backend.hpp"
+#include "ttmoe/core/broadcast.hpp"
 #include "ttmoe/core/shape.hpp"
 #include "ttmoe/core/storage.hpp"
 
@@ -25,6 +26,13 @@ concept LazyExpression = requires { typename E::is_lazy_expression; };
 
 template <class T, ShapeType S, class D = cpu>
 class Tensor;
+
+namespace op {
+/// Tag naming reshape in static shape diagnostics.
+struct reshape_tag {
+  static constexpr const char* name = "reshape";
+};
+}  // namespace op
 
 /// True for any Tensor<...>.
 template <class X>
@@ -256,7 +264,9 @@ template <class T, ShapeType S, class D>
 template <ShapeType S2>
 Tensor<T, S2, D> Tensor<T, S, D>::reshape(const S2& shape) const {
   if constexpr (S::fully_static && S2::fully_static) {
-    static_assert(S{}.numel() == S2{}.numel(), "ttmoe: reshape between static shapes of different element counts");
+    // Different element counts: a static_shape_mismatch naming reshape and both shapes.
+    using Checked = typename checked_shape<S{}.numel() == S2{}.numel(), S2, op::reshape_tag, S, S2>::type;
+    static_assert(std::is_same_v<Checked, S2>, "ttmoe: reshape between static shapes of different element counts");
   }
   if (shape.numel() != numel())
     throw ShapeError("reshape: cannot view shape " + shape_.to_string() + " (" + std::to_string(numel()) +

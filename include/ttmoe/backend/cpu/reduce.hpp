@@ -139,8 +139,8 @@ struct ReduceKernels {
             s += e;
           }
           if (log) {
-            const T ls = m + std::log(s);
-            for (index_t j = 0; j < n; ++j) yo[j] = xo[j] - ls;
+            const T ls = std::log(s);  // (x - m) - log s: exact shift first, no rounding of m + log s
+            for (index_t j = 0; j < n; ++j) yo[j] = (xo[j] - m) - ls;
           } else {
             const T inv = T(1) / s;
             for (index_t j = 0; j < n; ++j) yo[j] *= inv;
@@ -149,9 +149,9 @@ struct ReduceKernels {
         }
         T s = 0;
         for (index_t k = 0; k < n; ++k) s += std::exp(xo[k * inner + i] - m);
-        const T ls = m + std::log(s);
+        const T ls = std::log(s);
         for (index_t k = 0; k < n; ++k) {
-          const T v = xo[k * inner + i] - ls;
+          const T v = (xo[k * inner + i] - m) - ls;
           yo[k * inner + i] = log ? v : std::exp(v);
         }
       }

@@ -26,14 +26,15 @@ template <class T, class A>
 inline vbatch<T, A> pow(const vbatch<T, A>& x, const vbatch<T, A>& y) {
   return xsimd::pow(x, y);
 }
-// NaN-propagating max/min, matching the scalar versions (and torch.maximum).
+// NaN-propagating max/min, matching the scalar versions (and torch.maximum). NaN is tested with
+// xsimd::isnan: xsimd 8's AVX/AVX-512 `!=` is an ordered compare, so `a != a` is false for NaN there.
 template <class T, class A>
 inline vbatch<T, A> max(const vbatch<T, A>& a, const vbatch<T, A>& b) {
-  return xsimd::select((a > b) || (a != a), a, b);
+  return xsimd::select((a > b) || xsimd::isnan(a), a, b);
 }
 template <class T, class A>
 inline vbatch<T, A> min(const vbatch<T, A>& a, const vbatch<T, A>& b) {
-  return xsimd::select((a < b) || (a != a), a, b);
+  return xsimd::select((a < b) || xsimd::isnan(a), a, b);
 }
 template <class T, class A>
 inline vbatch<T, A> gt(const vbatch<T, A>& a, const vbatch<T, A>& b) {
@@ -49,7 +50,7 @@ inline vbatch<T, A> eq(const vbatch<T, A>& a, const vbatch<T, A>& b) {
 }
 template <class T, class A>
 inline vbatch<T, A> select(const vbatch<T, A>& m, const vbatch<T, A>& a, const vbatch<T, A>& b) {
-  return xsimd::select(m != vbatch<T, A>(T(0)), a, b);
+  return xsimd::select(m == vbatch<T, A>(T(0)), b, a);  // not `m != 0`: ordered, false for a NaN mask
 }
 
 }  // namespace ttmoe::vm

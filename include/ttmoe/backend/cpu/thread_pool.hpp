@@ -115,7 +115,10 @@ class ThreadPool {
   }
   void start(std::size_t threads) {
     quit_ = false;
-    for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+    // Workers start from the current generation: a restarted pool (set_num_threads) must not mistake
+    // the last finished job for a new one.
+    const std::size_t gen = generation_;
+    for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i, gen] { worker(i, gen); });
   }
   void stop() {
     {
@@ -130,8 +133,7 @@ class ThreadPool {
     std::lock_guard lock(error_mutex_);
     if (!error_) error_ = std::current_exception();
   }
-  void worker(std::size_t index) {
-    std::size_t seen = 0;
+  void worker(std::size_t index, std::size_t seen) {
     for (;;) {
       const std::function<void(std::size_t, std::size_t)>* job;
       std::size_t nt;

@@ -1,0 +1,197 @@
+// ttmoe MoETTA adaptation step on ViT-B/16 (random weights, batch 8 by default): the exact
+// tta::MoETTA::adapt_and_predict (9 experts, LayerNorms 1..24 converted, routers + experts trainable,
+// entropy filter with the running-mean threshold, re-weighting, balance loss, SGD momentum step).
+// The process does warm-up + timed steps first and reads its peak RSS (VmHWM) right after them, so
+// `peak_rss_mb` is that of steps only; then it times ttmoe's own no-adapt forward of the same batch
+// (NoGrad, the same converted model, the same DynShape<4> entry MoETTA/NoAdapt use) and, with
+// --plain-forward, the plain (unconverted) ViT-B/16 forward through its static-shape entry, the one
+// bench/vit times.
+// Prints (medians over the timed runs):
+//   ttmoe_moetta_step_s: X
+//   peak_rss_mb: X                 (VmHWM after warm-up + timed steps)
+//   ttmoe_forward_s: X             (NoGrad forward of the converted model)
+//   ttmoe_plain_forward_s: X       (only with --plain-forward)
+// --profile instead runs one step, first in a fresh process, with the ops of adapt_and_predict split
+// by timers (forward, entropy + loss assembly, backward, optimiser, zero_grad), the VmRSS / VmHWM
+// after each part and the tape's node histogram, then exits.
+//   bench_moetta_step [--batch 8] [--threads 2] [--steps 3] [--warmup 1] [--runs 3] [--plain-forward] [--profile]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ttmoe/models/vit.hpp"
+#include "ttmoe/tta/metrics.hpp"
+#include "ttmoe/tta/moetta.hpp"
+
+using namespace ttmoe;
+using Clock = std::chrono::steady_clock;
+using Model = models::VisionTransformer<float>;
+using Images = Tensor<float, DynShape<4>>;
+
+namespace {
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+double status_mb(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::size_t k = std::strlen(key);
+  while (std::getline(f, line))
+    if (line.compare(0, k, key) == 0) return double(std::stoll(line.substr(k))) / 1024.0;
+  return -1;
+}
+
+// --profile: one MoETTA step on a fresh process (right after conversion, so RSS growth is not hidden
+// by memory the allocator kept from earlier steps), with the same ops as
+// tta::MoETTA::adapt_and_predict, timed by part, with VmRSS / VmHWM after each part and the tape's
+// node histogram after the recorded forward. Its own TrainableSet/optimiser (same parameters).
+void profile_step(Model& vit, const Images& x) {
+  auto rss = [] { return status_mb("VmRSS:"); };
+  std::printf("profile: VmRSS after model construction %.0f MB\n", rss());
+  vit.convert_to_moe_layernorm(9, 1, 0);
+  tta::select_trainable(vit, {"*.experts.weight_delta", "*.experts.bias_delta", "*.router.weight", "*.router.bias"});
+  tta::TrainableSet<float> set(vit);
+  std::size_t ntrain = 0;
+  for (auto& p : set.params()) ntrain += std::size_t(p.flat.numel());
+  std::printf("profile: VmRSS after conversion %.0f MB (%zu trainable tensors, %zu values)\n", rss(),
+              set.params().size(), ntrain);
+  auto& sgd = set.optimizer(tta::LearningRate{1e-3, 64, {}}, 0.9, x.extent(0));
+  std::vector<std::pair<std::string, double>> parts;
+  double rss0 = rss();
+  auto mark = [&](const char* name, Clock::time_point t0) {
+    const double s = seconds_since(t0), r = rss();
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s (VmRSS %.0f MB, %+.0f; VmHWM %.0f)", name, r, r - rss0, status_mb("VmHWM:"));
+    parts.emplace_back(buf, s);
+    rss0 = r;
+  };
+  const auto total0 = Clock::now();
+  auto t0 = Clock::now();
+  autograd::Tape tape;
+  Tensor<float, DynShape<2>> logits = vit.forward(x);
+  mark("forward (recorded)", t0);
+  std::map<std::string, int> hist;
+  for (auto& n : tape.node_names()) ++hist[n];
+  t0 = Clock::now();
+  const double e0 = tta::entropy_margin(logits.extent(1), 0.4);
+  auto h = tta::entropies(logits);
+  const auto hv = tta::host_values(h);
+  const double running = tta::mean_of(hv);  // first batch: the running mean is this batch's mean
+  index_t kept = 0;
+  for (double v : hv) kept += v <= running;
+  Tensor<float, Shape<>> loss = vit.balance_loss() * float(0.2 * running);
+  if (kept > 0) {
+    std::vector<double> coef(hv.size(), 0.0);
+    for (std::size_t b = 0; b < hv.size(); ++b)
+      if (hv[b] <= running) coef[b] = std::exp(e0 - hv[b]) / double(kept);
+    loss = loss + tta::weighted_entropy_sum(h, coef);
+  }
+  const double lv = double(loss.item());
+  mark("entropy + filter + loss", t0);
+  const std::size_t nodes = tape.size();
+  t0 = Clock::now();
+  autograd::backward(tape, loss);
+  mark("backward", t0);
+  t0 = Clock::now();
+  sgd.step();
+  mark("sgd step", t0);
+  t0 = Clock::now();
+  set.zero_grad();
+  mark("zero_grad", t0);
+  const double total = seconds_since(total0);
+  std::printf("profile (one MoETTA step, %.3f s, kept %ld, loss %.4f, %zu tape nodes):\n", total, long(kept), lv, nodes);
+  for (auto& [k, v] : parts) std::printf("  %-62s %8.1f ms  %5.1f%%\n", k.c_str(), 1e3 * v, 100 * v / total);
+  std::printf("  tape nodes after the forward:");
+  for (auto& [k, v] : hist) std::printf(" %s x%d", k.c_str(), v);
+  std::printf("\n");
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  index_t batch = 8;
+  int threads = 2, steps = 3, warmup = 1, runs = 3;
+  bool prof = false, plain = false;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
+    if (!std::strcmp(argv[i], "--batch")) batch = next();
+    else if (!std::strcmp(argv[i], "--threads")) threads = next();
+    else if (!std::strcmp(argv[i], "--steps")) steps = next();
+    else if (!std::strcmp(argv[i], "--warmup")) warmup = next();
+    else if (!std::strcmp(argv[i], "--runs")) runs = next();
+    else if (!std::strcmp(argv[i], "--profile")) prof = true;
+    else if (!std::strcmp(argv[i], "--plain-forward")) plain = true;
+  }
+  cpu_backend::set_num_threads(std::size_t(threads));
+  Model vit(models::vit_base_patch16(1000), 1);
+  Images x{DynShape<4>(batch, 3, 224, 224)};
+  nn::uniform_(x, 1.0, 99);
+  if (prof) {  // profile-only run (fresh process), see profile_step
+    profile_step(vit, x);
+    return 0;
+  }
+
+  // ---- MoETTA steps (the method converts the model on its first call) ----
+  typename tta::MoETTA<Model>::Options opt;  // 9 experts, first MoE index 1, lambda 0.2, lr 1e-3*B/64, mom 0.9
+  tta::MoETTA<Model> method(opt);
+  float sink = 0;
+  index_t kept_total = 0;
+  for (int i = 0; i < warmup; ++i) sink += method.adapt_and_predict(vit, x).data()[0];
+  std::vector<double> st;
+  for (int i = 0; i < steps; ++i) {
+    auto t0 = Clock::now();
+    auto y = method.adapt_and_predict(vit, x);
+    st.push_back(seconds_since(t0));
+    sink += y.data()[0];
+    kept_total += method.last_step().kept;
+  }
+  const double peak_mb = double(tta::peak_rss_kib()) / 1024.0;
+  std::printf("ttmoe_moetta_step_s: %.4f\n", median(st));
+  std::printf("peak_rss_mb: %.1f\n", peak_mb);
+  std::fprintf(stderr, "(steps: batch %ld, %d threads, %d timed, min %.3f max %.3f, moe layers %zu, kept %ld/%ld, last loss %.4f)\n",
+               long(batch), threads, steps, *std::min_element(st.begin(), st.end()),
+               *std::max_element(st.begin(), st.end()), vit.moe_layers().size(), long(kept_total),
+               long(batch) * steps, method.last_step().loss);
+
+  // ---- no-adapt forward of the same (converted) model and batch ----
+  {
+    autograd::NoGrad ng;
+    std::vector<double> ft;
+    sink += vit.forward(x).data()[0];
+    for (int i = 0; i < runs; ++i) {
+      auto t0 = Clock::now();
+      auto y = vit.forward(x);
+      ft.push_back(seconds_since(t0));
+      sink += y.data()[0];
+    }
+    std::printf("ttmoe_forward_s: %.4f\n", median(ft));
+  }
+  if (plain) {
+    Model p(models::vit_base_patch16(1000), 1);
+    nn::freeze(p);
+    using In = Tensor<float, models::vit_b16_shapes::images>;
+    In xs{models::vit_b16_shapes::images(batch)};
+    nn::uniform_(xs, 1.0, 99);
+    autograd::NoGrad ng;
+    sink += p.forward(xs).data()[0];
+    std::vector<double> ft;
+    for (int i = 0; i < runs; ++i) {
+      auto t0 = Clock::now();
+      auto y = p.forward(xs);
+      ft.push_back(seconds_since(t0));
+      sink += y.data()[0];
+    }
+    std::printf("ttmoe_plain_forward_s: %.4f\n", median(ft));
+  }
+  std::fprintf(stderr, "(checksum %g)\n", double(sink));
+  return 0;
+}
