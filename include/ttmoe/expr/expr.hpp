@@ -146,12 +146,9 @@ struct Expr {
         keep = Op::keep_operands(rg);
       }
     }
-    return std::apply(
-        [&](const auto&... x) {
-          std::size_t i = 0;
-          return Expr{x.for_backward(keep[i++])...};  // braces: left-to-right evaluation
-        },
-        args);
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return Expr(std::get<I>(args).for_backward(keep[I])...);
+    }(std::index_sequence_for<A...>{});
   }
   template <std::size_t R>
   auto kernel(const std::array<index_t, R>& out) const {
