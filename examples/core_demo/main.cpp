@@ -62,7 +62,7 @@ int fused_demo() {
     max_diff = std::max({max_diff, std::abs(double(f[i]) - double(u[i])), std::abs(double(f[i]) - ref)});
     max_ref = std::max(max_ref, std::abs(ref));
   }
-  fmt::print("== 1. fused expression: out = gelu(a * x + b) * y, a = {}, b = {}, over {} floats ({} threads)\n", a, b,
+  fmt::print("== 1. fused expression: out = gelu(a * x + b) * y, a = {}, b = {}, over {} floats, {} CPU threads\n", a, b,
              n, cpu_backend::num_threads());
   fmt::print("out = {}\n", fused);
   const double tf = median(t_fused), tu = median(t_unfused);

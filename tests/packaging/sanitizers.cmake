@@ -19,8 +19,10 @@ set(EXCLUDE_NAMES "fuzz|torch|generate_[a-z_]*fixtures|parity_reference_selfchec
 set(build ${WORK_DIR}/build)
 file(MAKE_DIRECTORY ${WORK_DIR})
 
+# Debug with -g1 (line tables: enough for file:line in sanitizer stack traces) instead of -g: the ASan+UBSan
+# objects compile ~20% faster and are half the size.
 packaging_step("configure the sanitizer build" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${build} ${TOOLCHAIN}
-  -DCMAKE_BUILD_TYPE=Debug -DTTMOE_SANITIZE=ON -DTTMOE_BUILD_TESTS=ON -DTTMOE_PACKAGING_TESTS=OFF
+  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DTTMOE_SANITIZE=ON -DTTMOE_BUILD_TESTS=ON -DTTMOE_PACKAGING_TESTS=OFF
   -DTTMOE_BUILD_EXAMPLES=OFF -DTTMOE_BUILD_BENCH=OFF)
 # Build only the executables of `unit` suites: the ttmoe_test_suite(<name> LABEL unit ...) calls in
 # tests/*/CMakeLists.txt (Catch2 labels are only known once a test binary exists). If none can be
