@@ -109,6 +109,11 @@ struct common_device<A, Rest...> {
   using type = std::conditional_t<std::is_void_v<A>, rest, A>;
 };
 
+/// True when `Op` says which of its N operands' values its VJP reads (see ops.hpp). A named concept
+/// rather than an inline requires-expression: nvcc 13's front end crashes on the latter inside Expr.
+template <class Op, std::size_t N>
+concept states_kept_operands = requires { Op::keep_operands(std::array<bool, N>{}); };
+
 /// An op applied elementwise to operand expressions.
 template <class Op, class... A>
 struct Expr {
@@ -140,15 +145,18 @@ struct Expr {
     constexpr std::size_t N = sizeof...(A);
     std::array<bool, N> keep{};
     keep.fill(true);
-    if constexpr (requires { Op::keep_operands(std::array<bool, N>{}); }) {
+    if constexpr (states_kept_operands<Op, N>) {
       if (!keep_values) {
         const std::array<bool, N> rg = std::apply([](const auto&... x) { return std::array<bool, N>{x.requires_grad()...}; }, args);
         keep = Op::keep_operands(rg);
       }
     }
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return Expr(std::get<I>(args).for_backward(keep[I])...);
-    }(std::index_sequence_for<A...>{});
+    return stripped(keep, std::index_sequence_for<A...>{});
+  }
+  // for_backward's operand-wise rebuild (keep[I] says whether operand I keeps its values).
+  template <std::size_t... I>
+  Expr stripped(const std::array<bool, sizeof...(A)>& keep, std::index_sequence<I...>) const {
+    return Expr(std::get<I>(args).for_backward(keep[I])...);
   }
   template <std::size_t R>
   auto kernel(const std::array<index_t, R>& out) const {
