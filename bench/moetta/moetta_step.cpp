@@ -1,17 +1,18 @@
 // ttmoe MoETTA adaptation step on ViT-B/16 (random weights, batch 8 by default): the exact
 // tta::MoETTA::adapt_and_predict (9 experts, LayerNorms 1..24 converted, routers + experts trainable,
 // entropy filter with the running-mean threshold, re-weighting, balance loss, SGD momentum step).
-// The process does warm-up + timed steps first and reads its peak RSS (VmHWM) right after them, so
-// `peak_rss_mb` is that of steps only; then it times ttmoe's own no-adapt forward of the same batch
-// (NoGrad, the same converted model, the same DynShape<4> entry MoETTA/NoAdapt use) and, with
-// --plain-forward, the plain (unconverted) ViT-B/16 forward through its static-shape entry, the one
-// bench/vit times.
+// After warm-up, timed steps alternate with ttmoe's own no-adapt forward of the same batch (NoGrad,
+// the same converted model, the same DynShape<4> entry MoETTA/NoAdapt use), so drift of a shared
+// machine's speed hits both; the peak RSS (VmHWM) is read right after them (a NoGrad forward holds
+// less than a step, so it is the steps' peak). With --plain-forward it then times the plain
+// (unconverted) ViT-B/16 forward through its static-shape entry, the one bench/vit times.
 // Prints (medians over the timed runs):
 //   ttmoe_moetta_step_s: X
 //   peak_rss_mb: X                 (VmHWM after warm-up + timed steps)
 //   ttmoe_forward_s: X             (NoGrad forward of the converted model)
+//   ttmoe_step_over_forward_paired: X  (median over i of step_i / forward_i, the runs alternating)
 //   ttmoe_plain_forward_s: X       (only with --plain-forward)
-// --profile instead runs one step, first in a fresh process, with the ops of adapt_and_predict split
+// --profile instead runs two steps (a fresh process's first, then a steady-state one), the ops of adapt_and_predict split
 // by timers (forward, entropy + loss assembly, backward, optimiser, zero_grad), the VmRSS / VmHWM
 // after each part and the tape's node histogram, then exits.
 //   bench_moetta_step [--batch 8] [--threads 2] [--steps 3] [--warmup 1] [--runs 3] [--plain-forward] [--profile]
@@ -66,54 +67,64 @@ void profile_step(Model& vit, const Images& x) {
   std::printf("profile: VmRSS after conversion %.0f MB (%zu trainable tensors, %zu values)\n", rss(),
               set.params().size(), ntrain);
   auto& sgd = set.optimizer(tta::LearningRate{1e-3, 64, {}}, 0.9, x.extent(0));
-  std::vector<std::pair<std::string, double>> parts;
-  double rss0 = rss();
-  auto mark = [&](const char* name, Clock::time_point t0) {
-    const double s = seconds_since(t0), r = rss();
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "%s (VmRSS %.0f MB, %+.0f; VmHWM %.0f)", name, r, r - rss0, status_mb("VmHWM:"));
-    parts.emplace_back(buf, s);
-    rss0 = r;
-  };
-  const auto total0 = Clock::now();
-  auto t0 = Clock::now();
-  autograd::Tape tape;
-  Tensor<float, DynShape<2>> logits = vit.forward(x);
-  mark("forward (recorded)", t0);
-  std::map<std::string, int> hist;
-  for (auto& n : tape.node_names()) ++hist[n];
-  t0 = Clock::now();
-  const double e0 = tta::entropy_margin(logits.extent(1), 0.4);
-  auto h = tta::entropies(logits);
-  const auto hv = tta::host_values(h);
-  const double running = tta::mean_of(hv);  // first batch: the running mean is this batch's mean
-  index_t kept = 0;
-  for (double v : hv) kept += v <= running;
-  Tensor<float, Shape<>> loss = vit.balance_loss() * float(0.2 * running);
-  if (kept > 0) {
-    std::vector<double> coef(hv.size(), 0.0);
-    for (std::size_t b = 0; b < hv.size(); ++b)
-      if (hv[b] <= running) coef[b] = std::exp(e0 - hv[b]) / double(kept);
-    loss = loss + tta::weighted_entropy_sum(h, coef);
+  for (int pass = 0; pass < 2; ++pass) {  // first in a fresh process, then in steady state
+    std::vector<std::pair<std::string, double>> parts;
+    double rss0 = rss();
+    auto mark = [&](const char* name, Clock::time_point t0) {
+      const double s = seconds_since(t0), r = rss();
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s (VmRSS %.0f MB, %+.0f; VmHWM %.0f)", name, r, r - rss0, status_mb("VmHWM:"));
+      parts.emplace_back(buf, s);
+      rss0 = r;
+    };
+    const auto total0 = Clock::now();
+    auto t0 = Clock::now();
+    autograd::Tape tape;
+    Tensor<float, DynShape<2>> logits = vit.forward(x);
+    mark("forward (recorded)", t0);
+    std::map<std::string, int> hist;
+    for (auto& n : tape.node_names()) ++hist[n];
+    t0 = Clock::now();
+    const double e0 = tta::entropy_margin(logits.extent(1), 0.4);
+    auto h = tta::entropies(logits);
+    const auto hv = tta::host_values(h);
+    const double running = tta::mean_of(hv);  // first batch: the running mean is this batch's mean
+    index_t kept = 0;
+    for (double v : hv) kept += v <= running;
+    Tensor<float, Shape<>> loss = vit.balance_loss() * float(0.2 * running);
+    if (kept > 0) {
+      std::vector<double> coef(hv.size(), 0.0);
+      for (std::size_t b = 0; b < hv.size(); ++b)
+        if (hv[b] <= running) coef[b] = std::exp(e0 - hv[b]) / double(kept);
+      loss = loss + tta::weighted_entropy_sum(h, coef);
+    }
+    const double lv = double(loss.item());
+    mark("entropy + filter + loss", t0);
+    const std::size_t nodes = tape.size();
+    std::vector<std::pair<std::string, double>> node_times;
+    tape.time_nodes_into(&node_times);
+    t0 = Clock::now();
+    autograd::backward(tape, loss);
+    mark("backward", t0);
+    std::map<std::string, std::pair<int, double>> by_name;
+    for (auto& [n, sec] : node_times) by_name[n].first++, by_name[n].second += sec;
+    t0 = Clock::now();
+    sgd.step();
+    mark("sgd step", t0);
+    t0 = Clock::now();
+    set.zero_grad();
+    mark("zero_grad", t0);
+    const double total = seconds_since(total0);
+    std::printf("profile (%s MoETTA step, %.3f s, kept %ld, loss %.4f, %zu tape nodes):\n",
+                pass ? "second (steady-state)" : "first (fresh process)", total, long(kept), lv, nodes);
+    for (auto& [k, v] : parts) std::printf("  %-62s %8.1f ms  %5.1f%%\n", k.c_str(), 1e3 * v, 100 * v / total);
+    std::printf("  backward time by node kind:");
+    for (auto& [k, v] : by_name) std::printf(" %s x%d %.0f ms;", k.c_str(), v.first, 1e3 * v.second);
+    std::printf("\n");
+    std::printf("  tape nodes after the forward:");
+    for (auto& [k, v] : hist) std::printf(" %s x%d", k.c_str(), v);
+    std::printf("\n");
   }
-  const double lv = double(loss.item());
-  mark("entropy + filter + loss", t0);
-  const std::size_t nodes = tape.size();
-  t0 = Clock::now();
-  autograd::backward(tape, loss);
-  mark("backward", t0);
-  t0 = Clock::now();
-  sgd.step();
-  mark("sgd step", t0);
-  t0 = Clock::now();
-  set.zero_grad();
-  mark("zero_grad", t0);
-  const double total = seconds_since(total0);
-  std::printf("profile (one MoETTA step, %.3f s, kept %ld, loss %.4f, %zu tape nodes):\n", total, long(kept), lv, nodes);
-  for (auto& [k, v] : parts) std::printf("  %-62s %8.1f ms  %5.1f%%\n", k.c_str(), 1e3 * v, 100 * v / total);
-  std::printf("  tape nodes after the forward:");
-  for (auto& [k, v] : hist) std::printf(" %s x%d", k.c_str(), v);
-  std::printf("\n");
 }
 }  // namespace
 
@@ -145,36 +156,40 @@ int main(int argc, char** argv) {
   tta::MoETTA<Model> method(opt);
   float sink = 0;
   index_t kept_total = 0;
-  for (int i = 0; i < warmup; ++i) sink += method.adapt_and_predict(vit, x).data()[0];
-  std::vector<double> st;
-  for (int i = 0; i < steps; ++i) {
+  // Steps and no-adapt forwards alternate (step, forward, step, forward, ...) so that the machine's
+  // speed drifting during the run weighs on both alike; each figure is the median of its runs.
+  auto forward_once = [&] {  // NoGrad forward of the same (converted) model and batch
+    autograd::NoGrad ng;
     auto t0 = Clock::now();
-    auto y = method.adapt_and_predict(vit, x);
-    st.push_back(seconds_since(t0));
+    auto y = vit.forward(x);
+    const double s = seconds_since(t0);
     sink += y.data()[0];
-    kept_total += method.last_step().kept;
+    return s;
+  };
+  for (int i = 0; i < warmup; ++i) sink += method.adapt_and_predict(vit, x).data()[0];
+  if (warmup > 0) forward_once();
+  std::vector<double> st, ft, ratio;
+  for (int i = 0; i < std::max(steps, runs); ++i) {
+    if (i < steps) {
+      auto t0 = Clock::now();
+      auto y = method.adapt_and_predict(vit, x);
+      st.push_back(seconds_since(t0));
+      sink += y.data()[0];
+      kept_total += method.last_step().kept;
+    }
+    if (i < runs) ft.push_back(forward_once());
+    if (i < steps && i < runs) ratio.push_back(st.back() / ft.back());
   }
+  // Peak before the plain model below exists: the steps' peak (a NoGrad forward holds less).
   const double peak_mb = double(tta::peak_rss_kib()) / 1024.0;
   std::printf("ttmoe_moetta_step_s: %.4f\n", median(st));
   std::printf("peak_rss_mb: %.1f\n", peak_mb);
+  std::printf("ttmoe_forward_s: %.4f\n", median(ft));
+  if (!ratio.empty()) std::printf("ttmoe_step_over_forward_paired: %.4f\n", median(ratio));
   std::fprintf(stderr, "(steps: batch %ld, %d threads, %d timed, min %.3f max %.3f, moe layers %zu, kept %ld/%ld, last loss %.4f)\n",
                long(batch), threads, steps, *std::min_element(st.begin(), st.end()),
                *std::max_element(st.begin(), st.end()), vit.moe_layers().size(), long(kept_total),
                long(batch) * steps, method.last_step().loss);
-
-  // ---- no-adapt forward of the same (converted) model and batch ----
-  {
-    autograd::NoGrad ng;
-    std::vector<double> ft;
-    sink += vit.forward(x).data()[0];
-    for (int i = 0; i < runs; ++i) {
-      auto t0 = Clock::now();
-      auto y = vit.forward(x);
-      ft.push_back(seconds_since(t0));
-      sink += y.data()[0];
-    }
-    std::printf("ttmoe_forward_s: %.4f\n", median(ft));
-  }
   if (plain) {
     Model p(models::vit_base_patch16(1000), 1);
     nn::freeze(p);

@@ -7,6 +7,8 @@
 #include "ttmoe/core/format.hpp"
 #include "ttmoe/core/tensor.hpp"
 #include "ttmoe/expr/expr.hpp"
+#include "ttmoe/ops/attention.hpp"
+#include "ttmoe/ops/linear.hpp"
 #include "ttmoe/ops/matmul.hpp"
 #include "ttmoe/ops/reduce.hpp"
 #include "ttmoe/ops/indexing.hpp"

@@ -189,7 +189,7 @@ std::vector<std::pair<std::string, bool>> functor_list(std::tuple<Op...>*) {
 const std::set<std::string> kNodeNames = {"matmul",      "sum",         "max",     "min",        "variance",
                                           "logsumexp",   "softmax",     "log_softmax", "index_select", "gather",
                                           "scatter_add", "concat",      "narrow",  "permute",    "topk",
-                                          "slice",       "reshape",     "clone",   "fused_elementwise"};
+                                          "slice",       "reshape",     "clone",   "fused_elementwise", "linear", "fused_qkv_attention"};
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path);

@@ -20,7 +20,9 @@ Case matmul2() {
       .variant("K = 1", [](Rng& r) { return mm_shapes(r, TA, TB, true); },
                [](const Inputs& in) -> Output { return matmul<TA, TB>(in.get<2>(0), in.get<2>(1)); })
       .variant("expression consumer: gelu(op(A) op(B))", [](Rng& r) { return mm_shapes(r, TA, TB); },
-               [](const Inputs& in) -> Output { return gelu(matmul<TA, TB>(in.get<2>(0), in.get<2>(1))); });
+               [](const Inputs& in) -> Output { return gelu(matmul<TA, TB>(in.get<2>(0), in.get<2>(1))); })
+      .variant("alpha = -0.37", [](Rng& r) { return mm_shapes(r, TA, TB); },
+               [](const Inputs& in) -> Output { return matmul<TA, TB>(in.get<2>(0), in.get<2>(1), -0.37); });
 }
 template <bool TA, bool TB>
 Variant batched(const char* label) {
@@ -29,7 +31,7 @@ Variant batched(const char* label) {
             const index_t b = r.ext(1, 3), m = r.ext(1, 5), n = r.ext(1, 5), k = r.ext(1, 5);
             return Shapes{TA ? Extents{b, k, m} : Extents{b, m, k}, TB ? Extents{b, n, k} : Extents{b, k, n}};
           },
-          [](const Inputs& in) -> Output { return matmul<TA, TB>(in.get<3>(0), in.get<3>(1)); }};
+          [](const Inputs& in) -> Output { return matmul<TA, TB>(in.get<3>(0), in.get<3>(1), 0.125); }};
 }
 }  // namespace
 
@@ -50,6 +52,30 @@ GRADCHECK_CASE("matmul folded [B,T,K] @ [K,N]") {
                })
       .variant("rank 4 [A,B,T,K] @ [K,N]", [](Rng& r) { auto k = r.ext(1, 4); return Shapes{{2, r.ext(1, 2), r.ext(1, 3), k}, {k, r.ext(1, 4)}}; },
                [](const Inputs& in) -> Output { return matmul(in.get<4>(0), in.get<2>(1)); });
+}
+GRADCHECK_CASE("linear x W^T + b") {
+  return Case()
+      .variant("[M,K] W [N,K] b [N]", [](Rng& r) { auto k = r.ext(1, 6), n = r.ext(1, 6); return Shapes{{r.ext(1, 6), k}, {n, k}, {n}}; },
+               [](const Inputs& in) -> Output { return linear(in.get<2>(0), in.get<2>(1), in.get<1>(2)); })
+      .variant("[B,T,K] (leading dims folded)", [](Rng& r) { auto k = r.ext(1, 5), n = r.ext(1, 5); return Shapes{{r.ext(1, 3), r.ext(1, 4), k}, {n, k}, {n}}; },
+               [](const Inputs& in) -> Output { return linear(in.get<3>(0), in.get<2>(1), in.get<1>(2)); })
+      .variant("consumer reads the output twice: gelu(y) * y", [](Rng& r) { auto k = r.ext(1, 5), n = r.ext(1, 5); return Shapes{{r.ext(1, 5), k}, {n, k}, {n}}; },
+               [](const Inputs& in) -> Output {
+                 auto y = linear(in.get<2>(0), in.get<2>(1), in.get<1>(2));
+                 return gelu(y) * y;
+               });
+}
+GRADCHECK_CASE("fused_qkv_attention") {
+  return Case()
+      .variant("[B,T,3D], 2 heads", [](Rng& r) { return Shapes{{r.ext(1, 3), r.ext(1, 5), 3 * 2 * r.ext(1, 3)}}; },
+               [](const Inputs& in) -> Output { return fused_qkv_attention(in.get<3>(0), 2, 0.7); })
+      .variant("1 head, T = 1", [](Rng& r) { return Shapes{{r.ext(1, 3), 1, 3 * r.ext(1, 4)}}; },
+               [](const Inputs& in) -> Output { return fused_qkv_attention(in.get<3>(0), 1, 0.5); })
+      .variant("consumer reads the output twice: o * tanh(o)", [](Rng& r) { return Shapes{{2, r.ext(2, 4), 3 * 3 * 2}}; },
+               [](const Inputs& in) -> Output {
+                 auto o = fused_qkv_attention(in.get<3>(0), 3, 0.9);
+                 return o * tanh(o);
+               });
 }
 GRADCHECK_CASE("matmul batched") {
   Case c;

@@ -48,6 +48,14 @@ class GradMeta {
     if (t.fresh) D::template fill_zero<T>(t.data, numel_);
     return t.data;
   }
+  /// Takes `g` (a gradient of the same element count that nothing else will write) as this tensor's
+  /// gradient when none has arrived yet: a view's VJP hands its gradient on without copying it.
+  /// Returns false (and leaves `g` alone) when a gradient is already there to add to.
+  bool adopt(const std::shared_ptr<Buffer<T, D>>& g) {
+    if (grad_ || !g || g->size() != numel_) return false;
+    grad_ = g;
+    return true;
+  }
   /// Drops the gradient (zero_grad for leaves, release after use for intermediates).
   void reset_grad() noexcept { grad_.reset(); }
 

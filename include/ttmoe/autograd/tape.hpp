@@ -4,6 +4,7 @@
 // them, releasing every saved activation. No recursive graph: a tensor used by many ops is handled by
 // plain accumulation into its gradient buffer.
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -92,11 +93,22 @@ class Tape {
   void replay_and_clear() {
     NoGrad guard;  // VJPs use tensor ops; none of them may be recorded.
     for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
-      (*it)->run();
+      if (node_seconds_) {
+        const auto t0 = std::chrono::steady_clock::now();
+        (*it)->run();
+        node_seconds_->emplace_back((*it)->name(),
+                                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      } else {
+        (*it)->run();
+      }
       it->reset();  // free saved activations as soon as their VJP has run
     }
     nodes_.clear();
   }
+
+  /// Profiling: while set, each replayed node appends (name, seconds of its VJP) to `out`, in replay
+  /// order (nullptr stops it). The caller owns `out`.
+  void time_nodes_into(std::vector<std::pair<std::string, double>>* out) noexcept { node_seconds_ = out; }
 
   /// Number of recorded nodes.
   std::size_t size() const noexcept { return nodes_.size(); }
@@ -112,6 +124,7 @@ class Tape {
  private:
   Tape* previous_;
   std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<std::pair<std::string, double>>* node_seconds_ = nullptr;
 };
 
 /// The active tape (null when not recording).

@@ -8,30 +8,67 @@
 #include <cstring>
 #include <new>
 
+#include "ttmoe/core/caching_pool.hpp"
 #include "ttmoe/core/config.hpp"
+#include "ttmoe/core/host_pages.hpp"
 
 namespace ttmoe {
 
 /// The host CPU. Memory is 64-byte aligned so SIMD loads of any width never split a cache line at
-/// the start of a buffer.
+/// the start of a buffer. Buffers of `pooled_bytes` and more come from a caching pool of mapped pages
+/// (see core/caching_pool.hpp): a loop that allocates the same activations every step reuses them
+/// instead of faulting fresh zeroed pages in each time, which costs as much as the arithmetic on
+/// them. Smaller buffers use the C allocator, which already recycles them cheaply.
 struct cpu {
   static constexpr const char* name = "cpu";
   static constexpr std::size_t alignment = 64;
+  /// Allocations of at least this many bytes go through the caching pool.
+  static constexpr std::size_t pooled_bytes = std::size_t(256) << 10;
+  /// Default cap on the bytes the pool keeps cached while unused (`set_cache_limit` changes it).
+  static constexpr std::size_t default_cache_limit = std::size_t(2) << 30;
   /// True when pointers into this device's memory can be dereferenced by host code.
   static constexpr bool host_accessible = true;
+
+  /// The pool of large host buffers (created on first use with `default_cache_limit`).
+  static memory::CachingPool<memory::HostPages>& memory_pool() {
+    static memory::CachingPool<memory::HostPages>& p = [] () -> memory::CachingPool<memory::HostPages>& {
+      auto& q = memory::pool<memory::HostPages>();
+      q.set_cache_limit(default_cache_limit);
+      return q;
+    }();
+    return p;
+  }
+  /// Caps the unused bytes kept for reuse; 0 turns caching off (every large buffer is unmapped when
+  /// freed). Lowering the cap releases the cache first.
+  static void set_cache_limit(std::size_t bytes) { memory_pool().set_cache_limit(bytes); }
+  /// Returns every cached, unused block to the operating system.
+  static void empty_cache() { memory_pool().release_cached(); }
 
   /// Allocates uninitialised storage for n objects of T (n may be 0).
   template <class T>
   static T* allocate(index_t n) {
     const std::size_t bytes = ((n * sizeof(T) + alignment - 1) / alignment) * alignment;
+    if (bytes >= pooled_bytes) {
+      auto* p = static_cast<char*>(memory_pool().allocate(bytes));
+      const std::size_t used = (n * sizeof(T) + 7) / 8 * 8;  // ASan poisons at 8-byte granularity
+      TTMOE_ASAN_UNPOISON(p, used);
+      TTMOE_ASAN_POISON(p + used, memory::CachingPool<memory::HostPages>::size_class(bytes) - used);
+      return reinterpret_cast<T*>(p);
+    }
     void* p = std::aligned_alloc(alignment, bytes == 0 ? alignment : bytes);
     if (!p) throw std::bad_alloc();
     return static_cast<T*>(p);
   }
-  /// Frees storage from allocate().
+  /// Frees storage from allocate(n) (the same n).
   template <class T>
-  static void deallocate(T* p, index_t /*n*/) noexcept {
-    std::free(p);
+  static void deallocate(T* p, index_t n) noexcept {
+    const std::size_t bytes = ((n * sizeof(T) + alignment - 1) / alignment) * alignment;
+    if (bytes >= pooled_bytes) {
+      TTMOE_ASAN_POISON(p, memory::CachingPool<memory::HostPages>::size_class(bytes));  // cached: off limits
+      memory_pool().deallocate(p);
+    }
+    else
+      std::free(p);
   }
   /// Copies n objects within this device's memory.
   template <class T>

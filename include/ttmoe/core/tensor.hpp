@@ -254,7 +254,14 @@ auto Tensor<T, S, D>::slice(index_t begin, index_t end) const
     auto self = meta_;
     const index_t offset = begin * row, n = out.numel();
     autograd::current_tape()->push("slice", out.make_output_meta(), [self, offset, n](const T* g) {
-      Backend<D>::add_inplace(self->accumulate_target() + offset, g, n);
+      auto t = self->target();
+      if (t.fresh) {  // first gradient: copy the slice's part, zero the rest (one pass, not two)
+        D::template fill_zero<T>(t.data, offset);
+        D::template copy<T>(t.data + offset, g, n);
+        D::template fill_zero<T>(t.data + offset + n, self->numel() - offset - n);
+      } else {
+        Backend<D>::add_inplace(t.data + offset, g, n);
+      }
     });
   }
   return out;
@@ -275,7 +282,11 @@ Tensor<T, S2, D> Tensor<T, S, D>::reshape(const S2& shape) const {
   if (should_record(*this)) {
     auto self = meta_;
     const index_t n = numel();
-    autograd::current_tape()->push("reshape", out.make_output_meta(), [self, n](const T* g) {
+    auto om = out.make_output_meta();
+    // A reshape's gradient is its output's gradient: hand the buffer over when it is the first to
+    // arrive (the output drops its own reference right after this VJP), else add it.
+    autograd::current_tape()->push("reshape", om, [self, o = om.get(), n](const T* g) {
+      if (!o->retains_grad() && self->adopt(o->grad_buffer())) return;
       Backend<D>::add_inplace(self->accumulate_target(), g, n);
     });
   }

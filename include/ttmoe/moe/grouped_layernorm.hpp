@@ -2,14 +2,38 @@
 // A LayerNorm whose affine parameters differ per group of rows, as ONE differentiable op:
 // y[n] = (x[n] - mean) * rstd * gamma[group[n]] + beta[group[n]]. MoE-LayerNorm uses it with one
 // group per sample (or per token); fusing avoids materialising [N, D] copies of gamma/beta and a
-// chain of elementwise nodes. Host-side kernel: requires a host-accessible device.
+// chain of elementwise nodes. Host-side kernel (rows split over the CPU pool): requires a
+// host-accessible device.
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "ttmoe/ops/indexing.hpp"
 
 namespace ttmoe::moe {
+
+namespace detail {
+/// Threads `on_host_threads<D>` uses: the CPU pool's size on `cpu`, else 1.
+template <class D>
+std::size_t host_thread_count() {
+  if constexpr (std::is_same_v<D, cpu>)
+    return cpu_backend::ThreadPool::in_parallel() ? 1 : cpu_backend::num_threads();
+  else
+    return 1;
+}
+/// Runs f(thread_index, num_threads) on the CPU pool's threads for `cpu`, else once as f(0, 1).
+template <class D, class F>
+void on_host_threads(F&& f) {
+  if constexpr (std::is_same_v<D, cpu>) {
+    if (host_thread_count<D>() > 1) {
+      cpu_backend::ThreadPool::instance().run_on_all(f);
+      return;
+    }
+  }
+  f(0, 1);
+}
+}  // namespace detail
 
 /// Normalises each row of x [N, Dm] over its last axis (biased variance) and applies the affine
 /// parameters of its group: gamma, beta [G, Dm], `group[n]` in [0, G). Records grads for x, gamma, beta.
@@ -29,49 +53,68 @@ Tensor<T, DynShape<2>, D> grouped_layernorm(const Tensor<T, DynShape<2>, D>& x, 
   const T* xp = x.data();
   const T* gp = gamma.data();
   const T* bp = beta.data();
-  for (index_t n = 0; n < N; ++n) {
-    const T* r = xp + n * Dm;
-    T mu = 0, var = 0;
-    for (index_t d = 0; d < Dm; ++d) mu += r[d];
-    mu /= T(Dm);
-    for (index_t d = 0; d < Dm; ++d) var += (r[d] - mu) * (r[d] - mu);
-    var /= T(Dm);
-    rstd[n] = T(1) / std::sqrt(var + T(eps));
-    const index_t g = group[n];
-    for (index_t d = 0; d < Dm; ++d) {
-      const T h = (r[d] - mu) * rstd[n];
-      xhat.data()[n * Dm + d] = h;
-      y.data()[n * Dm + d] = h * gp[g * Dm + d] + bp[g * Dm + d];
+  // Rows are independent: split them over the CPU pool (one pass each for mean, variance, output).
+  detail::on_host_threads<D>([&](std::size_t t, std::size_t nt) {
+    for (index_t n = N * t / nt; n < N * (t + 1) / nt; ++n) {
+      const T* r = xp + n * Dm;
+      T mu = 0, var = 0;
+      for (index_t d = 0; d < Dm; ++d) mu += r[d];
+      mu /= T(Dm);
+      for (index_t d = 0; d < Dm; ++d) var += (r[d] - mu) * (r[d] - mu);
+      var /= T(Dm);
+      rstd[n] = T(1) / std::sqrt(var + T(eps));
+      const T* ga = gp + group[n] * Dm;
+      const T* be = bp + group[n] * Dm;
+      T* h = xhat.data() + n * Dm;
+      T* out = y.data() + n * Dm;
+      for (index_t d = 0; d < Dm; ++d) {
+        h[d] = (r[d] - mu) * rstd[n];
+        out[d] = h[d] * ga[d] + be[d];
+      }
     }
-  }
+  });
   if (should_record(x, gamma, beta)) {
     auto mx = x.meta(), mg = gamma.meta(), mb = beta.meta();
     record("grouped_layernorm", y, [=](const T* go) {
       T* dx = mx ? mx->accumulate_target() : nullptr;
       T* dg = mg ? mg->accumulate_target() : nullptr;
       T* db = mb ? mb->accumulate_target() : nullptr;
-      for (index_t n = 0; n < N; ++n) {
-        const index_t g = group[n];
-        const T* gr = go + n * Dm;
-        const T* h = xhat.data() + n * Dm;
-        if (dg)
-          for (index_t d = 0; d < Dm; ++d) dg[g * Dm + d] += gr[d] * h[d];
-        if (db)
-          for (index_t d = 0; d < Dm; ++d) db[g * Dm + d] += gr[d];
-        if (dx) {
-          // d xhat = g * gamma; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
-          T m1 = 0, m2 = 0;
-          for (index_t d = 0; d < Dm; ++d) {
-            const T dh = gr[d] * gamma.data()[g * Dm + d];
-            m1 += dh;
-            m2 += dh * h[d];
+      const T* gam = gamma.data();
+      const std::size_t slots = detail::host_thread_count<D>();
+      // Per-thread partial sums of d gamma / d beta (rows of one group may span threads).
+      std::vector<T> part_g((dg ? slots : 0) * G * Dm, T(0)), part_b((db ? slots : 0) * G * Dm, T(0));
+      detail::on_host_threads<D>([&](std::size_t t, std::size_t nt) {
+        T* pg = dg ? part_g.data() + t * G * Dm : nullptr;
+        T* pb = db ? part_b.data() + t * G * Dm : nullptr;
+        for (index_t n = N * t / nt; n < N * (t + 1) / nt; ++n) {
+          const index_t g = group[n];
+          const T* gr = go + n * Dm;
+          const T* h = xhat.data() + n * Dm;
+          if (pg)
+            for (index_t d = 0; d < Dm; ++d) pg[g * Dm + d] += gr[d] * h[d];
+          if (pb)
+            for (index_t d = 0; d < Dm; ++d) pb[g * Dm + d] += gr[d];
+          if (dx) {
+            // d xhat = g * gamma; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+            const T* ga = gam + g * Dm;
+            T m1 = 0, m2 = 0;
+            for (index_t d = 0; d < Dm; ++d) {
+              const T dh = gr[d] * ga[d];
+              m1 += dh;
+              m2 += dh * h[d];
+            }
+            m1 /= T(Dm);
+            m2 /= T(Dm);
+            T* o = dx + n * Dm;
+            for (index_t d = 0; d < Dm; ++d) o[d] += rstd[n] * (gr[d] * ga[d] - m1 - h[d] * m2);
           }
-          m1 /= T(Dm);
-          m2 /= T(Dm);
-          for (index_t d = 0; d < Dm; ++d)
-            dx[n * Dm + d] += rstd[n] * (gr[d] * gamma.data()[g * Dm + d] - m1 - h[d] * m2);
         }
-      }
+      });
+      for (std::size_t t = 0; t < slots; ++t)
+        for (index_t i = 0; i < G * Dm; ++i) {
+          if (dg) dg[i] += part_g[t * G * Dm + i];
+          if (db) db[i] += part_b[t * G * Dm + i];
+        }
     });
   }
   return y;

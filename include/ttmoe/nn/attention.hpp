@@ -1,14 +1,13 @@
 #pragma once
-// timm ViT Attention: fused qkv Linear [3D, D] with bias, heads folded into the GEMM batch, no mask,
-// then the output projection. Row layout of qkv.weight: q rows, k rows, v rows; head h owns rows
-// h*hd .. h*hd+hd-1 within each (so reshape [B, T, 3, H, hd] splits them).
+// timm ViT Attention: fused qkv Linear [3D, D] with bias, the attention core on the qkv activation as
+// one op (ops/attention.hpp), no mask, then the output projection. Row layout of qkv.weight: q rows,
+// k rows, v rows; head h owns rows h*hd .. h*hd+hd-1 within each.
 
 #include <cmath>
 #include <cstdint>
 
 #include "ttmoe/nn/linear.hpp"
-#include "ttmoe/nn/sdpa.hpp"
-#include "ttmoe/ops/indexing.hpp"
+#include "ttmoe/ops/attention.hpp"
 
 namespace ttmoe::nn {
 
@@ -28,15 +27,9 @@ struct Attention {
   template <class S>
   Tensor<T, DynShape<3>, D> forward(const Tensor<T, S, D>& x) const {
     static_assert(S::rank == 3, "Attention: x is [B, T, D]");
-    const index_t B = x.extent(0), Tn = x.extent(1), Dm = x.extent(2), H = num_heads, hd = Dm / H;
-    auto q5 = qkv(x).reshape(DynShape<5>(B, Tn, 3, H, hd));
-    auto parts = permute<2, 0, 3, 1, 4>(q5);  // [3, B, H, T, hd]
-    const auto shp = DynShape<3>(B * H, Tn, hd);
-    Tensor<T, DynShape<3>, D> q = parts.slice(0, 1).reshape(shp);
-    Tensor<T, DynShape<3>, D> k = parts.slice(1, 2).reshape(shp);
-    Tensor<T, DynShape<3>, D> v = parts.slice(2, 3).reshape(shp);
-    auto o = scaled_dot_product_attention(q, k, v, static_cast<T>(1.0 / std::sqrt(double(hd))), false);
-    auto merged = permute<0, 2, 1, 3>(o.reshape(DynShape<4>(B, H, Tn, hd))).reshape(DynShape<3>(B, Tn, Dm));
+    const index_t hd = x.extent(2) / num_heads;
+    // One op from the qkv activation to the merged heads: no permute copies (ops/attention.hpp).
+    auto merged = fused_qkv_attention(qkv(x), num_heads, static_cast<T>(1.0 / std::sqrt(double(hd))));
     return proj(merged);
   }
   template <class S>

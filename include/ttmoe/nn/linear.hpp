@@ -1,12 +1,12 @@
 #pragma once
 // nn.Linear: y = x W^T + b with W stored [out, in] (torch layout, so checkpoints load unchanged).
-// One GEMM over all leading dims of x (matmul folds them), the bias add is a fused expression.
+// One GEMM over all leading dims of x with the bias fused in (ops/linear.hpp).
 
 #include <cstdint>
 
 #include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
 #include "ttmoe/nn/init.hpp"
-#include "ttmoe/ops/matmul.hpp"
+#include "ttmoe/ops/linear.hpp"
 
 namespace ttmoe::nn {
 
@@ -36,9 +36,7 @@ struct Linear {
   /// x [..., in] -> [..., out] (rank >= 2).
   template <class S>
   Tensor<T, DynShape<S::rank>, D> forward(const Tensor<T, S, D>& x) const {
-    Tensor<T, DynShape<S::rank>, D> y = matmul<false, true>(x, weight);
-    if (!bias.defined()) return y;
-    return y + bias;
+    return linear(x, weight, bias);
   }
   template <class S>
   auto operator()(const Tensor<T, S, D>& x) const {

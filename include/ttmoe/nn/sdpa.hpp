@@ -26,9 +26,8 @@ template <class T, class S, class D>
 Tensor<T, DynShape<3>, D> scaled_dot_product_attention(const Tensor<T, S, D>& q, const Tensor<T, S, D>& k,
                                                        const Tensor<T, S, D>& v, T scale, bool causal) {
   static_assert(S::rank == 3, "scaled_dot_product_attention: operands are [BH, T, hd]");
-  // Scaling q (T*hd elements) is cheaper than scaling the scores (T*S) and matches timm's order.
-  Tensor<T, S, D> qs = q * scale;
-  Tensor<T, DynShape<3>, D> scores = matmul<false, true>(qs, k);
+  // The scale is the GEMM's alpha: no scaled copy of q to write, nor to keep for the backward.
+  Tensor<T, DynShape<3>, D> scores = matmul<false, true>(q, k, scale);
   if (causal) scores = scores + causal_mask<T, D>(q.extent(1), k.extent(1));
   auto p = softmax<-1>(scores);
   return matmul(p, Tensor<T, DynShape<3>, D>(v));

@@ -2,8 +2,10 @@
 // Matrix products. matmul<TA, TB>(a, b) = op(a) @ op(b) where op transposes the last two axes when
 // its flag is set. Forms: [.., M, K] @ [K, N] (leading dims folded into M: one GEMM for a whole
 // [B, T, D] activation), and batched [b.., M, K] @ [b.., K, N] with equal batch dims.
-// VJP: dA = G op(B)^T, dB = op(A)^T G; A is saved only if B needs a gradient and vice versa, so a
+// VJP: dA = alpha G op(B)^T, dB = alpha op(A)^T G; A is saved only if B needs a gradient and vice versa, so a
 // frozen weight's matmul keeps no input activation.
+
+#include <type_traits>
 
 #include "ttmoe/ops/record.hpp"
 
@@ -56,9 +58,10 @@ struct matmul_shape {
 };
 }  // namespace detail
 
-/// op(a) @ op(b); see the header comment for the accepted shapes.
+/// alpha * op(a) @ op(b); see the header comment for the accepted shapes. The scale rides on the
+/// GEMM (attention's 1/sqrt(d) costs no extra pass and no scaled copy of a kept for the backward).
 template <bool TA = false, bool TB = false, class T, ShapeType SA, ShapeType SB, class D>
-auto matmul(const Tensor<T, SA, D>& a, const Tensor<T, SB, D>& b) {
+auto matmul(const Tensor<T, SA, D>& a, const Tensor<T, SB, D>& b, std::type_identity_t<T> alpha = T(1)) {
   using SO = typename detail::matmul_shape<SA, SB, TA, TB>::type;
   constexpr std::size_t RA = SA::rank, RB = SB::rank;
   const auto ea = a.extents();  // separate declarations: the two deduce different types
@@ -85,9 +88,9 @@ auto matmul(const Tensor<T, SA, D>& a, const Tensor<T, SB, D>& b) {
   const index_t Mf = (RB == 2 && !TA) ? extent_product(ea, 0, RA - 1) : M;
   const index_t lda = ea[RA - 1], ldb = eb[RB - 1];
   if constexpr (RB == 2) {
-    Backend<D>::gemm(TA, TB, Mf, N, K, T(1), a.data(), lda, b.data(), ldb, T(0), out.data(), N);
+    Backend<D>::gemm(TA, TB, Mf, N, K, alpha, a.data(), lda, b.data(), ldb, T(0), out.data(), N);
   } else {
-    Backend<D>::gemm_batched(batch, TA, TB, M, N, K, T(1), a.data(), lda, M * K, b.data(), ldb, K * N, T(0),
+    Backend<D>::gemm_batched(batch, TA, TB, M, N, K, alpha, a.data(), lda, M * K, b.data(), ldb, K * N, T(0),
                              out.data(), N, M * N);
   }
   if (should_record(a, b)) {
@@ -101,15 +104,15 @@ auto matmul(const Tensor<T, SA, D>& a, const Tensor<T, SB, D>& b) {
         const T beta = t.fresh ? T(0) : T(1);
         if constexpr (RB == 2) {
           if (!TA)  // dA[Mf,K] = G[Mf,N] op(B)^T
-            Backend<D>::gemm(false, !TB, Mf, K, N, T(1), g, N, b_saved.data(), ldb, beta, t.data, K);
+            Backend<D>::gemm(false, !TB, Mf, K, N, alpha, g, N, b_saved.data(), ldb, beta, t.data, K);
           else  // dA[K,M] = op(B)[K,N] G^T
-            Backend<D>::gemm(TB, true, K, M, N, T(1), b_saved.data(), ldb, g, N, beta, t.data, M);
+            Backend<D>::gemm(TB, true, K, M, N, alpha, b_saved.data(), ldb, g, N, beta, t.data, M);
         } else {
           if (!TA)
-            Backend<D>::gemm_batched(batch, false, !TB, M, K, N, T(1), g, N, M * N, b_saved.data(), ldb, K * N, beta,
+            Backend<D>::gemm_batched(batch, false, !TB, M, K, N, alpha, g, N, M * N, b_saved.data(), ldb, K * N, beta,
                                      t.data, K, M * K);
           else
-            Backend<D>::gemm_batched(batch, TB, true, K, M, N, T(1), b_saved.data(), ldb, K * N, g, N, M * N, beta,
+            Backend<D>::gemm_batched(batch, TB, true, K, M, N, alpha, b_saved.data(), ldb, K * N, g, N, M * N, beta,
                                      t.data, M, M * K);
         }
       }
@@ -118,15 +121,15 @@ auto matmul(const Tensor<T, SA, D>& a, const Tensor<T, SB, D>& b) {
         const T beta = t.fresh ? T(0) : T(1);
         if constexpr (RB == 2) {
           if (!TB)  // dB[K,N] = op(A)^T G
-            Backend<D>::gemm(!TA, false, K, N, Mf, T(1), a_saved.data(), lda, g, N, beta, t.data, N);
+            Backend<D>::gemm(!TA, false, K, N, Mf, alpha, a_saved.data(), lda, g, N, beta, t.data, N);
           else  // dB[N,K] = G^T op(A)
-            Backend<D>::gemm(true, TA, N, K, Mf, T(1), g, N, a_saved.data(), lda, beta, t.data, K);
+            Backend<D>::gemm(true, TA, N, K, Mf, alpha, g, N, a_saved.data(), lda, beta, t.data, K);
         } else {
           if (!TB)
-            Backend<D>::gemm_batched(batch, !TA, false, K, N, M, T(1), a_saved.data(), lda, M * K, g, N, M * N, beta,
+            Backend<D>::gemm_batched(batch, !TA, false, K, N, M, alpha, a_saved.data(), lda, M * K, g, N, M * N, beta,
                                      t.data, N, K * N);
           else
-            Backend<D>::gemm_batched(batch, true, TA, N, K, M, T(1), g, N, M * N, a_saved.data(), lda, M * K, beta,
+            Backend<D>::gemm_batched(batch, true, TA, N, K, M, alpha, g, N, M * N, a_saved.data(), lda, M * K, beta,
                                      t.data, K, K * N);
         }
       }

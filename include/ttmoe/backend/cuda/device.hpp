@@ -40,7 +40,7 @@ struct DeviceRaw {
     }
     return p;
   }
-  static void raw_free(void* p) { (void)cudaFree(p); }
+  static void raw_free(void* p, std::size_t) { (void)cudaFree(p); }
 };
 }  // namespace cuda_backend
 

@@ -21,7 +21,7 @@ namespace cuda_backend {
 /// Raw host allocation for the thrust_host pool.
 struct HostRaw {
   static void* raw_alloc(std::size_t bytes) { return std::malloc(bytes); }
-  static void raw_free(void* p) { std::free(p); }
+  static void raw_free(void* p, std::size_t) { std::free(p); }
 };
 }  // namespace cuda_backend
 
