@@ -21,6 +21,8 @@ steps=${STEPS:-3}
 warmup=${WARMUP:-1}
 fwd=${FWD_RUNS:-$steps}
 plain=${PLAIN:-1}
+# shellcheck source=../openblas_core.sh
+. "$here/../openblas_core.sh"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target bench_moetta_step -j2 >/dev/null
 pf=(); [ "$plain" = 1 ] && pf=(--plain-forward)

@@ -10,6 +10,8 @@ build=${1:-$root/build-vit-bench}
 rounds=${2:-3}
 runs=${RUNS:-5}      # timed forwards per side per round (median), after WARMUP untimed ones
 warmup=${WARMUP:-1}
+# shellcheck source=../openblas_core.sh
+. "$here/../openblas_core.sh"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target bench_vit_forward -j2 >/dev/null
 ratios=()
