@@ -41,7 +41,7 @@ TEST_CASE("plot: line chart writes a PNG that decodes back with the lines and te
   CHECK(has_colour(back, {0, 0, 0}));  // axes and text
 }
 
-TEST_CASE("plot: heat-map grid with colour bar decodes back; bad tiles are rejected", "[data]") {
+TEST_CASE("plot: heat-map grid with colour bar decodes back, bad tiles are rejected", "[data]") {
   TempDir t;
   plot::HeatmapGrid g;
   g.title = "expert similarity";

@@ -23,6 +23,12 @@ CLI:
       prints each timed step's seconds, `torch_moetta_step_s: median`, `peak_rss_mb` (ru_maxrss read
       right after warm-up + timed steps), then (R > 0) `torch_forward_s` (no_grad forward of the same
       converted model) and with --plain-forward `torch_plain_forward_s` (a fresh plain vit_b_16).
+  --bench-gpu --batch 64 --steps N [--warmup W]
+      on CUDA (float32, TF32 off for cuBLAS and cuDNN, like ttmoe's FP32 cuBLAS GEMMs): alternates a
+      no_grad forward of a plain vit_b_16 with a MoETTA step of a converted one, run by run, each
+      timed to torch.cuda.synchronize(); prints torch_gpu_forward_s, torch_gpu_forward_images_per_s,
+      torch_gpu_moetta_step_s, torch_gpu_step_over_forward (median of paired ratios) and
+      torch_gpu_step_peak_mb (torch.cuda.max_memory_allocated over the timed steps).
   --check   small self-checks: a converted model computes the plain model's logits at init; the
       MoELayerNorm equals moetta_reference.MoELayerNorm (float64, same inputs and parameters) in value
       and router/expert gradients; a step moves only routers/experts.
@@ -184,6 +190,45 @@ def bench(a):
             print(f"torch_plain_forward_s: {statistics.median(ft):.4f}")
 
 
+def bench_gpu(a):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    plain = torchvision.models.vit_b_16(weights=None).eval().to(dev)
+    model = torchvision.models.vit_b_16(weights=None)
+    model.heads.head.reset_parameters()  # see bench(): a zero head makes every entropy ln 1000
+    tta = MoETTA(model, a.batch)
+    model.to(dev)  # moves the parameters in place: the optimiser keeps the same objects
+    x = torch.rand(a.batch, 3, 224, 224, device=dev)
+
+    def timed(f):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        f()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    def forward():
+        with torch.no_grad():
+            plain(x)
+
+    for _ in range(a.warmup):
+        timed(forward), timed(lambda: tta.step(x))
+    torch.cuda.reset_peak_memory_stats()
+    fwd, stp = [], []
+    for _ in range(a.steps):
+        fwd.append(timed(forward))
+        stp.append(timed(lambda: tta.step(x)))
+    f, s = statistics.median(fwd), statistics.median(stp)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, batch {a.batch}, runs {a.steps}")
+    print(f"torch_gpu_forward_s: {f:.5f}")
+    print(f"torch_gpu_forward_images_per_s: {a.batch / f:.1f}")
+    print(f"torch_gpu_moetta_step_s: {s:.5f}")
+    print(f"torch_gpu_step_over_forward: {statistics.median([b / c for b, c in zip(stp, fwd)]):.3f}")
+    print(f"torch_gpu_step_peak_mb: {torch.cuda.max_memory_allocated() / 2**20:.0f}")
+
+
 def check():
     torch.manual_seed(1)
     # 1. conversion keeps the function at init (zero deltas, c = 1).
@@ -239,6 +284,7 @@ def check():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--bench-gpu", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=3)
@@ -251,7 +297,9 @@ def main():
         check()
     if a.bench:
         bench(a)
-    if not (a.check or a.bench):
+    if a.bench_gpu:
+        bench_gpu(a)
+    if not (a.check or a.bench or a.bench_gpu):
         ap.print_help()
 
 

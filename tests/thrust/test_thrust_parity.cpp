@@ -7,40 +7,26 @@
 #include <catch2/catch.hpp>
 
 #include "cases.hpp"
+#include "check_same.hpp"
 
 using ttmoe::cpu;
 using ttmoe::thrust_host;
 namespace P = ttmoe_parity;
 
-namespace {
-template <class T>
-constexpr double tol() {
-  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
-}
-template <class T, class F>
-void check_same(F run_on) {
-  const auto ref = run_on(cpu{});
-  const auto got = run_on(thrust_host{});
-  REQUIRE(!ref.empty());
-  INFO("first mismatch");
-  CHECK(P::compare(got, ref, tol<T>()) == "");
-}
-}  // namespace
-
 TEMPLATE_TEST_CASE("thrust_host elementwise matches cpu", "[thrust]", float, double) {
-  check_same<TestType>([](auto d) { return P::elementwise<decltype(d), TestType>(); });
+  P::check_same([](auto d) { return P::elementwise<decltype(d), TestType>(); }, P::thrust_tol<TestType>());
 }
 TEMPLATE_TEST_CASE("thrust_host reductions and softmax match cpu", "[thrust]", float, double) {
-  check_same<TestType>([](auto d) { return P::reductions<decltype(d), TestType>(); });
+  P::check_same([](auto d) { return P::reductions<decltype(d), TestType>(); }, P::thrust_tol<TestType>());
 }
 TEMPLATE_TEST_CASE("thrust_host matmul matches cpu", "[thrust]", float, double) {
-  check_same<TestType>([](auto d) { return P::matmuls<decltype(d), TestType>(); });
+  P::check_same([](auto d) { return P::matmuls<decltype(d), TestType>(); }, P::thrust_tol<TestType>());
 }
 TEMPLATE_TEST_CASE("thrust_host indexing matches cpu", "[thrust]", float, double) {
-  check_same<TestType>([](auto d) { return P::indexing<decltype(d), TestType>(); });
+  P::check_same([](auto d) { return P::indexing<decltype(d), TestType>(); }, P::thrust_tol<TestType>());
 }
 TEMPLATE_TEST_CASE("thrust_host gradients match cpu", "[thrust]", float, double) {
-  check_same<TestType>([](auto d) { return P::gradients<decltype(d), TestType>(); });
+  P::check_same([](auto d) { return P::gradients<decltype(d), TestType>(); }, P::thrust_tol<TestType>());
 }
 
 TEST_CASE("thrust_host scatter_add with many duplicates matches cpu", "[thrust]") {

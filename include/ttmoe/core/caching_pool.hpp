@@ -25,6 +25,7 @@ struct PoolStats {
   std::size_t raw_allocations = 0;  // calls to the underlying allocator so far
   std::size_t reserved_bytes = 0;   // bytes held (in use + cached)
   std::size_t in_use_bytes = 0;     // bytes handed out and not yet returned
+  std::size_t peak_in_use_bytes = 0;  // most bytes in use at once (since the start or reset_peak())
   std::size_t cached_bytes() const { return reserved_bytes - in_use_bytes; }  // held for reuse
 };
 
@@ -64,6 +65,7 @@ class CachingPool {
     }
     live_[p] = c;
     stats_.in_use_bytes += c;
+    if (stats_.in_use_bytes > stats_.peak_in_use_bytes) stats_.peak_in_use_bytes = stats_.in_use_bytes;
     return p;
   }
 
@@ -98,6 +100,12 @@ class CachingPool {
   std::size_t cache_limit() const {
     std::lock_guard<std::mutex> lock(mu_);
     return cache_limit_;
+  }
+
+  /// Restarts the peak-in-use count from the bytes in use now (to measure one phase's peak).
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_in_use_bytes = stats_.in_use_bytes;
   }
 
   /// Frees every cached (unused) block.

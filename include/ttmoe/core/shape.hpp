@@ -230,12 +230,22 @@ std::array<index_t, R - 1> drop_extent(const std::array<index_t, R>& e) {
   return out;
 }
 
+namespace detail {
+// A named constexpr function rather than a lambda inside the concept: nvcc's front end rejects the
+// lambda form (every widening conversion then fails to match in CUDA translation units).
+template <class From, class To>
+constexpr bool statically_convertible() {
+  if constexpr (From::rank != To::rank) {
+    return false;
+  } else {
+    for (std::size_t i = 0; i < To::rank; ++i)
+      if (To::static_extents[i] != dyn && To::static_extents[i] != From::static_extents[i]) return false;
+    return true;
+  }
+}
+}  // namespace detail
 /// True when every tensor of shape From is also a valid Shape To without a run-time check
 /// (same rank; each static extent of To is matched by the same static extent in From).
 template <class From, class To>
-concept StaticallyConvertible = ShapeType<From> && ShapeType<To> && From::rank == To::rank && [] {
-  for (std::size_t i = 0; i < To::rank; ++i)
-    if (To::static_extents[i] != dyn && To::static_extents[i] != From::static_extents[i]) return false;
-  return true;
-}();
+concept StaticallyConvertible = ShapeType<From> && ShapeType<To> && detail::statically_convertible<From, To>();
 }  // namespace ttmoe

@@ -147,9 +147,8 @@ class Tensor {
   Tensor clone() const;
   /// Same storage, cut from the tape: no gradient flows through the result.
   Tensor detach() const { return from_parts(buf_, data_, shape_, nullptr); }
-  /// Rows [begin, end) of the leading dimension, sharing storage.
-  auto slice(index_t begin, index_t end) const
-    requires(rank >= 1);
+  /// Rows [begin, end) of the leading dimension, sharing storage (rank >= 1).
+  auto slice(index_t begin, index_t end) const;
   /// Same storage viewed with another shape of equal element count.
   template <ShapeType S2>
   Tensor<T, S2, D> reshape(const S2& shape) const;
@@ -239,9 +238,10 @@ Tensor<T, S, D> Tensor<T, S, D>::clone() const {
 }
 
 template <class T, ShapeType S, class D>
-auto Tensor<T, S, D>::slice(index_t begin, index_t end) const
-  requires(rank >= 1)
-{
+auto Tensor<T, S, D>::slice(index_t begin, index_t end) const {
+  // A static_assert, not a requires-clause: clang 14 cannot match an out-of-line definition whose
+  // requires-clause names a member.
+  static_assert(S::rank >= 1, "ttmoe: Tensor::slice cuts the leading dimension of a tensor of rank >= 1");
   using Out = Tensor<T, shape_set_t<S, 0, dyn>, D>;
   if (begin > end || end > extent(0))
     throw ValueError("Tensor::slice: rows [" + std::to_string(begin) + ", " + std::to_string(end) +

@@ -21,6 +21,7 @@
 #include "ttmoe/models/vit_config.hpp"
 #include "ttmoe/models/vit_norm.hpp"
 #include "ttmoe/nn/attention.hpp"
+#include "ttmoe/nn/init.hpp"
 #include "ttmoe/nn/mlp.hpp"
 #include "ttmoe/nn/module.hpp"
 #include "ttmoe/nn/patch_embed.hpp"
@@ -205,9 +206,7 @@ struct VisionTransformer {
  private:
   static Tensor<T, DynShape<3>, D> normal(DynShape<3> shape, std::uint64_t seed) {
     Tensor<T, DynShape<3>, D> t(shape);
-    std::mt19937_64 gen(seed);
-    std::normal_distribution<double> nd(0.0, 0.02);
-    for (index_t i = 0; i < t.numel(); ++i) t.data()[i] = T(nd(gen));
+    nn::normal_(t, 0.02, seed);
     t.set_requires_grad();
     return t;
   }

@@ -34,7 +34,7 @@ struct ViTConfig {
     auto bad = [](const std::string& m) { throw std::invalid_argument("ViTConfig: " + m); };
     if (img_size <= 0 || patch_size <= 0 || img_size % patch_size) bad("img_size must be a positive multiple of patch_size");
     if (embed_dim <= 0 || num_heads <= 0 || embed_dim % num_heads) bad("num_heads must divide embed_dim");
-    if (depth < 0 || mlp_hidden <= 0 || num_classes <= 0 || in_chans <= 0) bad("non-positive size");
+    if (mlp_hidden <= 0 || num_classes <= 0 || in_chans <= 0) bad("non-positive size");
     if (!class_token) bad("class_token=false (global average pooling) is not implemented");
   }
 };

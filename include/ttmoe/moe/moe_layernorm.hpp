@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/moe/grouped_layernorm.hpp"
+#include "ttmoe/ops/indexing.hpp"
+#include "ttmoe/ops/layer_norm.hpp"
 #include "ttmoe/ops/matmul.hpp"
 #include "ttmoe/ops/reduce.hpp"
 
@@ -108,9 +109,9 @@ struct MoELayerNorm {
     auto bd = index_select(experts.bias_delta, flat_idx).reshape(DynShape<3>(G, top_k, Dm));
     Tensor<T, DynShape<2>, D> gamma = sum<1>(c3 * wd) + weight;
     Tensor<T, DynShape<2>, D> beta = sum<1>(c3 * bd) + bias;
-    std::vector<index_t> group(B * Tn);
-    for (index_t n = 0; n < B * Tn; ++n) group[n] = per_token ? n : n / Tn;
-    return grouped_layernorm(x2, gamma, beta, std::move(group), eps).reshape(DynShape<3>(B, Tn, Dm));
+    // Row n of x2 is token n % Tn of sample n / Tn: its affine row is n (per token) or n / Tn.
+    return layer_norm_rows(x2, gamma, beta, per_token ? 1 : Tn, T(eps), "grouped_layernorm")
+        .reshape(DynShape<3>(B, Tn, Dm));
   }
 
   /// E * sum_e mean_g(p[g, e]) * count_e / sum(count) over the last forward's top-1 picks (the first

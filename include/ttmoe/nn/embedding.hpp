@@ -17,9 +17,7 @@ struct Embedding {
 
   Embedding() = default;
   Embedding(index_t num_embeddings, index_t dim, std::uint64_t seed = 0) : weight(DynShape<2>(num_embeddings, dim)) {
-    std::mt19937_64 gen(seed);
-    std::normal_distribution<double> dist(0.0, 1.0);  // torch.nn.Embedding default init
-    for (index_t i = 0; i < weight.numel(); ++i) weight.data()[i] = static_cast<T>(dist(gen));
+    normal_(weight, 1.0, seed);  // torch.nn.Embedding default init
     weight.set_requires_grad();
   }
 

@@ -1,13 +1,25 @@
 #pragma once
 // LayerNorm over the last axis with biased variance (torch.nn.functional.layer_norm). The module
-// runs the fused single-pass op (layernorm_fused.hpp); the composed `layer_norm` below is kept as a
+// runs the fused single-pass op (ops/layer_norm.hpp); the composed `layer_norm` below is kept as a
 // readable reference built from the core's reductions and fused expressions.
 
 #include "ttmoe/expr/expr.hpp"
-#include "ttmoe/nn/layernorm_fused.hpp"
+#include "ttmoe/ops/layer_norm.hpp"
 #include "ttmoe/ops/reduce.hpp"
 
 namespace ttmoe::nn {
+
+/// Fused LayerNorm: y = (x - mean) * rstd * weight + bias over the last axis, as one op on any
+/// device. `weight` / `bias` are [D] or undefined (no affine part). The output keeps x's shape type
+/// (a static Shape<dyn, 197, 768> stays static).
+template <class T, ShapeType S, class D, ShapeType SW>
+Tensor<T, S, D> layer_norm_fused(const Tensor<T, S, D>& x, const Tensor<T, SW, D>& weight,
+                                 const Tensor<T, SW, D>& bias, T eps = T(1e-6)) {
+  static_assert(SW::rank == 1, "layer_norm_fused: weight / bias are [D]");
+  const index_t dim = x.extent(S::rank - 1);
+  const index_t rows = dim ? x.numel() / dim : 0;
+  return layer_norm_rows(x, weight, bias, rows ? rows : 1, eps, "layer_norm");  // one group: all rows
+}
 
 /// Functional LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias over the last axis.
 /// `weight` / `bias` may be undefined (no affine part).

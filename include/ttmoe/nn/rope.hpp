@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
 #include "ttmoe/ops/indexing.hpp"  // IndexTensor
@@ -22,30 +23,31 @@ std::pair<Tensor<T, DynShape<SI::rank + 1>, D>, Tensor<T, DynShape<SI::rank + 1>
   for (std::size_t i = 0; i < SI::rank; ++i) e[i] = ep[i];
   e[SI::rank] = head_dim;
   const auto shp = DynShape<SI::rank + 1>::from_extents(e);
-  Tensor<T, DynShape<SI::rank + 1>, D> c(shp), s(shp);
   const auto pos = positions.to_vector();
   const index_t half = head_dim / 2;
+  std::vector<T> c(shp.numel()), s(shp.numel());  // built on the host, then copied to D
   for (std::size_t n = 0; n < pos.size(); ++n)
     for (index_t j = 0; j < half; ++j) {
       const double inv = std::pow(theta, -2.0 * double(j) / double(head_dim));
       const double a = double(pos[n]) * inv;
       const index_t o = index_t(n) * head_dim;
-      c.data()[o + j] = c.data()[o + j + half] = static_cast<T>(std::cos(a));
-      s.data()[o + j] = s.data()[o + j + half] = static_cast<T>(std::sin(a));
+      c[o + j] = c[o + j + half] = static_cast<T>(std::cos(a));
+      s[o + j] = s[o + j + half] = static_cast<T>(std::sin(a));
     }
-  return {c, s};
+  using TT = Tensor<T, DynShape<SI::rank + 1>, D>;
+  return {TT::from_host(shp, c), TT::from_host(shp, s)};
 }
 
 /// The [hd, hd] matrix R with x @ R = rotate_half(x) = cat(-x[hd/2:], x[:hd/2]).
 template <class T, class D = cpu>
 Tensor<T, DynShape<2>, D> rotate_half_matrix(index_t head_dim) {
-  auto r = Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(head_dim, head_dim));
+  std::vector<T> r(head_dim * head_dim, T(0));
   const index_t h = head_dim / 2;
   for (index_t i = 0; i < h; ++i) {
-    r.data()[(i + h) * head_dim + i] = T(-1);
-    r.data()[i * head_dim + i + h] = T(1);
+    r[(i + h) * head_dim + i] = T(-1);
+    r[i * head_dim + i + h] = T(1);
   }
-  return r;
+  return Tensor<T, DynShape<2>, D>::from_host(DynShape<2>(head_dim, head_dim), r);
 }
 
 /// Applies RoPE to x [B, H, T, hd] with cos/sin [B, T, hd] or [T, hd] (broadcast over heads).

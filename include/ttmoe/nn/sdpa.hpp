@@ -4,6 +4,7 @@
 // masked probabilities are exactly 0 and receive exactly 0 gradient.
 
 #include <limits>
+#include <vector>
 
 #include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
 #include "ttmoe/ops/matmul.hpp"
@@ -15,10 +16,10 @@ namespace ttmoe::nn {
 /// last T of S positions, as with a key/value cache).
 template <class T, class D = cpu>
 Tensor<T, DynShape<2>, D> causal_mask(index_t t, index_t s) {
-  auto m = Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(t, s));
+  std::vector<T> m(t * s, T(0));  // built on the host, then copied to D
   for (index_t i = 0; i < t; ++i)
-    for (index_t j = i + (s - t) + 1; j < s; ++j) m.data()[i * s + j] = -std::numeric_limits<T>::infinity();
-  return m;
+    for (index_t j = i + (s - t) + 1; j < s; ++j) m[i * s + j] = -std::numeric_limits<T>::infinity();
+  return Tensor<T, DynShape<2>, D>::from_host(DynShape<2>(t, s), m);
 }
 
 /// softmax(q k^T * scale [+ causal mask]) v for q [BH, T, hd], k/v [BH, S, hd] -> [BH, T, hd].

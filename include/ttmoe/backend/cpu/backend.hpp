@@ -1,11 +1,12 @@
 #pragma once
-// Backend<cpu>: the CPU kernels (xsimd elementwise, Eigen/CBLAS GEMM, reductions, index copies)
+// Backend<cpu>: the CPU kernels (xsimd elementwise, Eigen/CBLAS GEMM, reductions, index copies, LayerNorm rows)
 // bound to the device-generic op layer.
 
 #include "ttmoe/backend/backend.hpp"
 #include "ttmoe/backend/cpu/elementwise.hpp"
 #include "ttmoe/backend/cpu/gemm.hpp"
 #include "ttmoe/backend/cpu/indexing.hpp"
+#include "ttmoe/backend/cpu/norm.hpp"
 #include "ttmoe/backend/cpu/reduce.hpp"
 #include "ttmoe/core/device.hpp"
 
@@ -16,6 +17,7 @@ template <>
 struct Backend<cpu> : cpu_backend::ElementwiseKernels,
                       cpu_backend::GemmKernels,
                       cpu_backend::ReduceKernels,
-                      cpu_backend::IndexKernels {};
+                      cpu_backend::IndexKernels,
+                      cpu_backend::NormKernels {};
 
 }  // namespace ttmoe

@@ -51,6 +51,8 @@ struct cuda {
   using temp_allocator = cuda_backend::PoolTempAllocator<cuda_backend::DeviceRaw>;
 
   static auto& memory_pool() { return cuda_backend::pool<cuda_backend::DeviceRaw>(); }
+  /// Gives the pool's cached, unused blocks back to the allocator (as torch.cuda.empty_cache).
+  static void empty_cache() { memory_pool().release_cached(); }
   /// thrust policy: ttmoe's stream, scratch from the pool, no synchronisation after each algorithm.
   static auto policy(temp_allocator& a) { return thrust::cuda::par_nosync(a).on(cuda_backend::stream()); }
   static cudaStream_t stream() { return cuda_backend::stream(); }

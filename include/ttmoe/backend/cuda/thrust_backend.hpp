@@ -421,6 +421,87 @@ struct TopkTake {
   }
 };
 
+// ---- LayerNorm rows with grouped affine parameters (row n uses group n / rpg) ----
+template <class T>
+struct LayerNormRow {  // one thread per row: two-pass moments, then the normalised, affine row
+  const T* x;
+  T* y;
+  T* stats;
+  const T* gamma;
+  const T* beta;
+  index_t dim, rpg;
+  T eps;
+  TTMOE_HD void operator()(index_t n) const {
+    const T* r = x + n * dim;
+    T mu = 0, var = 0;
+    for (index_t d = 0; d < dim; ++d) mu += r[d];
+    mu /= T(dim);
+    for (index_t d = 0; d < dim; ++d) var += (r[d] - mu) * (r[d] - mu);
+    var /= T(dim);
+    const T rs = T(1) / vm::sqrt(var + eps);
+    if (stats) {
+      stats[2 * n] = mu;
+      stats[2 * n + 1] = rs;
+    }
+    const index_t g = n / rpg;
+    for (index_t d = 0; d < dim; ++d) {
+      T v = (r[d] - mu) * rs;
+      if (gamma) v *= gamma[g * dim + d];
+      if (beta) v += beta[g * dim + d];
+      y[n * dim + d] = v;
+    }
+  }
+};
+
+template <class T>
+struct LayerNormInputGrad {  // one thread per row: dx += rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))
+  const T* x;
+  const T* go;
+  const T* stats;
+  const T* gamma;
+  T* dx;
+  index_t dim, rpg;
+  TTMOE_HD void operator()(index_t n) const {
+    const T mu = stats[2 * n], rs = stats[2 * n + 1];
+    const T* r = x + n * dim;
+    const T* g = go + n * dim;
+    const T* ga = gamma ? gamma + (n / rpg) * dim : nullptr;
+    T m1 = 0, m2 = 0;
+    for (index_t d = 0; d < dim; ++d) {
+      const T dh = ga ? g[d] * ga[d] : g[d];
+      m1 += dh;
+      m2 += dh * (r[d] - mu) * rs;
+    }
+    m1 /= T(dim);
+    m2 /= T(dim);
+    for (index_t d = 0; d < dim; ++d) {
+      const T dh = ga ? g[d] * ga[d] : g[d];
+      dx[n * dim + d] += rs * (dh - m1 - (r[d] - mu) * rs * m2);
+    }
+  }
+};
+
+template <class T>
+struct LayerNormParamGrad {  // one thread per (group, column): sums over the group's rows
+  const T* x;
+  const T* go;
+  const T* stats;
+  T* dgamma;
+  T* dbeta;
+  index_t dim, rpg;
+  TTMOE_HD void operator()(index_t p) const {
+    const index_t g = p / dim, d = p % dim;
+    T sw = 0, sb = 0;
+    for (index_t n = g * rpg; n < (g + 1) * rpg; ++n) {
+      const T gr = go[n * dim + d];
+      sw += gr * (x[n * dim + d] - stats[2 * n]) * stats[2 * n + 1];
+      sb += gr;
+    }
+    if (dgamma) dgamma[p] += sw;
+    if (dbeta) dbeta[p] += sb;
+  }
+};
+
 // Generic GEMM: one thread per element of C, row-major operands with leading dimensions.
 template <class T>
 struct GemmElem {
@@ -642,6 +723,24 @@ struct ThrustBackend {
       thrust::sort(Dev::policy(a), order.p, order.p + total, detail::TopkLess<T>{x, n});
     }
     for_n(rows * k, detail::TopkTake<T>{x, order.p, values, indices, n, k});
+  }
+
+  // ---- LayerNorm rows (grouped affine) ----------------------------------------------------------
+  /// y[n] = (x[n] - mean) * rstd * gamma[n / rpg] + beta[n / rpg]; gamma / beta / stats may be null.
+  /// One thread per row (Backend<cuda> replaces it with warp-per-row kernels).
+  template <class T>
+  static void layer_norm(const T* x, T* y, T* stats, const T* gamma, const T* beta, index_t rows, index_t dim,
+                         index_t rows_per_group, T eps) {
+    for_n(rows, detail::LayerNormRow<T>{x, y, stats, gamma, beta, dim, rows_per_group, eps});
+  }
+  /// Accumulates dx (one thread per row) and dgamma / dbeta (one thread per group and column,
+  /// summing that group's rows in order: deterministic, no atomics). Null outputs are skipped.
+  template <class T>
+  static void layer_norm_backward(const T* x, const T* go, const T* stats, const T* gamma, T* dx, T* dgamma,
+                                  T* dbeta, index_t rows, index_t dim, index_t rows_per_group) {
+    if (dx) for_n(rows, detail::LayerNormInputGrad<T>{x, go, stats, gamma, dx, dim, rows_per_group});
+    if (dgamma || dbeta)
+      for_n(rows / rows_per_group * dim, detail::LayerNormParamGrad<T>{x, go, stats, dgamma, dbeta, dim, rows_per_group});
   }
 
   // ---- GEMM (generic: one thread per output element; Backend<cuda> replaces it with cuBLAS) --------

@@ -3,6 +3,7 @@
 // thrust's CPP system (explicit `thrust::cpp::par`, so it does not depend on THRUST_DEVICE_SYSTEM).
 // It exercises every thrust code path of the CUDA backend with an ordinary host compiler; GEMM
 // uses ThrustBackend's generic per-element loop (cuBLAS exists only in the real CUDA build).
+// thrust_omp.hpp adds the same device over thrust's OpenMP system, where the kernels run in parallel.
 //
 // Include after (or instead of) <ttmoe/ttmoe.hpp>; needs -I for CCCL (<cuda>/include/cccl).
 
@@ -18,21 +19,36 @@
 namespace ttmoe {
 
 namespace cuda_backend {
-/// Raw host allocation for the thrust_host pool.
+/// Raw host allocation for the host-system devices' pool.
 struct HostRaw {
   static void* raw_alloc(std::size_t bytes) { return std::malloc(bytes); }
   static void raw_free(void* p, std::size_t) { std::free(p); }
 };
+
+/// thrust's sequential host system.
+struct CppSystem {
+  static constexpr const char* name = "thrust_host";
+  template <class A>
+  static auto policy(A& a) {
+    return thrust::cpp::par(a);
+  }
+};
 }  // namespace cuda_backend
 
-/// Host memory driven through thrust's CPP system: the CUDA backend's logic without a GPU.
-struct thrust_host {
-  static constexpr const char* name = "thrust_host";
-  static constexpr bool host_accessible = true;
+/// Host memory driven through one of thrust's host systems (`System::policy`): the CUDA backend's
+/// logic without a GPU.
+template <class System>
+struct basic_thrust_host {
+  static constexpr const char* name = System::name;
+  // Its memory is host memory, but it declares itself not host-accessible like `cuda`, so code that
+  // would only work on the host fails to compile in the thrust tests too.
+  static constexpr bool host_accessible = false;
   using temp_allocator = cuda_backend::PoolTempAllocator<cuda_backend::HostRaw>;
 
   static auto& memory_pool() { return cuda_backend::pool<cuda_backend::HostRaw>(); }
-  static auto policy(temp_allocator& a) { return thrust::cpp::par(a); }
+  /// Gives the pool's cached, unused blocks back to the allocator (as torch.cuda.empty_cache).
+  static void empty_cache() { memory_pool().release_cached(); }
+  static auto policy(temp_allocator& a) { return System::policy(a); }
 
   template <class T>
   static T* allocate(index_t n) {
@@ -62,10 +78,13 @@ struct thrust_host {
   }
   static void synchronize() {}
 };
-static_assert(Device<thrust_host>);
 
-/// The thrust kernels on the host system.
-template <>
-struct Backend<thrust_host> : cuda_backend::ThrustBackend<thrust_host> {};
+/// The thrust kernels on a host system.
+template <class System>
+struct Backend<basic_thrust_host<System>> : cuda_backend::ThrustBackend<basic_thrust_host<System>> {};
+
+/// The CUDA backend's thrust logic, run sequentially on the host.
+using thrust_host = basic_thrust_host<cuda_backend::CppSystem>;
+static_assert(Device<thrust_host>);
 
 }  // namespace ttmoe
