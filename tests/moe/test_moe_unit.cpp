@@ -1,10 +1,13 @@
 // Unit tests of the MoE / TTMM modules' construction paths (initialisation, parameter names,
-// merge round trips) that the fixtures do not cover.
+// merge round trips) and of the MoE-FFN's routing rules (top-k capacity rounds, dropping, upcycling,
+// configuration errors) that the fixtures do not cover.
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <random>
+#include <string>
 
 #include "fixture.hpp"
 #include "ttmoe/moe/capacity.hpp"
@@ -78,19 +81,222 @@ TEST_CASE("cosine_router init", "[moe]") {
   REQUIRE(o.indices.extent(1) == 1);
 }
 
-TEST_CASE("capacity formula and moe_ffn from_dense", "[moe]") {
+// ---- MoE-FFN: capacity with top-k, generic routers, upcycling, dropping, configuration errors -------
+
+namespace {
+/// Builds a MoE-FFN over E random experts (nn::Mlp D -> H -> D, exact GELU) with the given router.
+template <class Router>
+moe::MoEFFN<double, cpu, Router> make_ffn(Router r, index_t D, index_t H, std::uint64_t seed) {
+  moe::MoEFFN<double, cpu, Router> m;
+  m.router = std::move(r);
+  for (index_t e = 0; e < m.router.num_experts(); ++e)
+    m.experts.push_back(moe::FFNExpert<double>(D, H, nn::Activation::gelu, seed + 10 * std::uint64_t(e)));
+  return m;
+}
+
+moe::LinearRouter<double> linear_router(std::mt19937_64& rng, index_t E, index_t D, index_t k, bool renorm) {
+  moe::LinearRouter<double> r;
+  r.weight = randn<2>(rng, {E, D});
+  r.bias = randn<1>(rng, {E});
+  r.weight.set_requires_grad();
+  r.bias.set_requires_grad();
+  r.top_k = k;
+  r.renormalize = renorm;
+  return r;
+}
+
+/// Requires `f` to throw exactly type Err with `needle` in its message (a clear error, not any error).
+template <class Err, class F>
+void require_error(F&& f, const std::string& needle) {
+  try {
+    f();
+  } catch (const Err& e) {
+    INFO(e.what());
+    REQUIRE(std::string(e.what()).find(needle) != std::string::npos);
+    return;
+  } catch (const std::exception& e) {
+    FAIL("wrong exception type: " << e.what());
+  }
+  FAIL("no exception; expected one mentioning '" << needle << "'");
+}
+}  // namespace
+
+TEST_CASE("capacity formula", "[moe]") {
   REQUIRE(moe::expert_capacity(13, 3, 1, 1.5) == 7);
   REQUIRE(moe::expert_capacity(14, 4, 1, 1.5) == 6);
   REQUIRE(moe::expert_capacity(14, 4, 2, 1.5) == 12);
-  std::mt19937_64 rng(4);
-  moe::FFNExpert<double> dense{{randn<2>(rng, {8, 4}), randn<1>(rng, {8})}, {randn<2>(rng, {4, 8}), randn<1>(rng, {4})}};
-  auto m = moe::MoEFFN<double>::from_dense(dense, randn<2>(rng, {3, 4}));
-  m.capacity_factor = 100;  // no drops: every token gets p_top * dense(x)
-  auto x = randn<3>(rng, {2, 3, 4});
+  REQUIRE(moe::expert_capacity(14, 4, 2, 0.25) == 2);  // int(0.25 * 4) = 1 per round
+  REQUIRE(moe::expert_capacity(14, 4, 2, std::numeric_limits<double>::infinity()) == 14);
+  REQUIRE_THROWS_AS(moe::expert_capacity(14, 4, 1, 0.0), ValueError);
+  REQUIRE_THROWS_AS(moe::expert_capacity(14, 4, 1, -1.5), ValueError);
+  REQUIRE_THROWS_AS(moe::expert_capacity(14, 4, 1, std::nan("")), ValueError);
+}
+
+TEST_CASE("capacity plan: top-2 rounds share one priority order and count dropped picks", "[moe]") {
+  // Token picks (first, second) and priorities; C = 2 * int(0.75 * ceil(4 / 2)) = 2.
+  const std::vector<std::int64_t> picks{0, 1, /*t1*/ 0, 1, /*t2*/ 1, 0, /*t3*/ 0, 1};
+  const std::vector<double> prio{0.9, 0.5, 0.8, 0.7};
+  auto p = moe::plan_capacity(picks, prio, 2, 2, 0.75);
+  REQUIRE(p.capacity == 2);
+  REQUIRE(p.order == std::vector<std::int64_t>{0, 2, 3, 1});
+  // Round 1 in priority order: t0 e0 s0, t2 e1 s0, t3 e0 s1, t1 e0 s2 (dropped). Round 2 continues
+  // every expert's count: t0 e1 s1, t2 e0 s3 (dropped: e0 overflowed in round 1), t3 e1 s2, t1 e1 s3.
+  REQUIRE(p.slot == std::vector<std::int64_t>{0, 1, 2, 3, 0, 3, 1, 2});
+  REQUIRE(p.kept == std::vector<std::int64_t>{1, 1, 0, 0, 1, 0, 1, 0});
+  REQUIRE(p.expert_load == std::vector<std::int64_t>{2, 2});
+  REQUIRE(p.dropped() == 4);
+  REQUIRE(p.is_kept(2, 0));
+  REQUIRE(!p.is_kept(2, 1));
+  // Without a limit nothing is dropped; k = 1 keeps the top-1 semantics (slot = rank among the expert's tokens).
+  auto q = moe::plan_capacity(picks, prio, 2, 2, std::numeric_limits<double>::infinity());
+  REQUIRE(q.dropped() == 0);
+  auto r = moe::plan_capacity(std::vector<std::int64_t>{1, 1, 0, 1}, prio, 2, 1, 1.0);  // C = 2
+  REQUIRE(r.slot == std::vector<std::int64_t>{0, 2, 0, 1});
+  REQUIRE(r.kept == std::vector<std::int64_t>{1, 0, 1, 1});
+  REQUIRE_THROWS_AS(moe::plan_capacity(picks, prio, 2, 1, 1.0), ValueError);  // 8 picks for 4 tokens at k = 1
+  REQUIRE_THROWS_AS(moe::plan_capacity(picks, prio, 2, 3, 1.0), ValueError);  // k > E
+}
+
+TEST_CASE("moe_ffn top-2 without capacity limit is the gated mixture of its experts", "[moe]") {
+  std::mt19937_64 rng(5);
+  const index_t B = 2, T = 3, D = 4, H = 5, E = 3, N = B * T;
+  auto m = make_ffn(linear_router(rng, E, D, 2, true), D, H, 11);
+  m.capacity_factor = std::numeric_limits<double>::infinity();
+  auto x = randn<3>(rng, {B, T, D});
   auto y = m.forward(x);
-  auto yd = dense(x.reshape(DynShape<2>(6, 4)));
-  auto p = m.probs;
-  for (index_t n = 0; n < 6; ++n)
-    for (index_t d = 0; d < 4; ++d)
-      REQUIRE(std::abs(y(n / 3, n % 3, d) - p(n, m.routing.top_index[n]) * yd(n, d)) < 1e-12);
+  REQUIRE(m.routing.plan.dropped() == 0);
+  auto xf = x.reshape(DynShape<2>(N, D));
+  const auto& o = m.routing.out;
+  for (index_t n = 0; n < N; ++n) {
+    REQUIRE(std::abs(o.top_gates(n, 0) + o.top_gates(n, 1) - 1.0) < 1e-12);  // renormalised
+    REQUIRE(o.indices(n, 0) != o.indices(n, 1));
+  }
+  std::vector<Tensor<double, DynShape<2>>> full;
+  for (index_t e = 0; e < E; ++e) full.push_back(m.experts[e](xf));
+  for (index_t n = 0; n < N; ++n)
+    for (index_t d = 0; d < D; ++d) {
+      double ref = 0;
+      for (index_t j = 0; j < 2; ++j) ref += o.top_gates(n, j) * full[o.indices(n, j)](n, d);
+      REQUIRE(std::abs(y(n / T, n % T, d) - ref) < 1e-12);
+    }
+}
+
+TEST_CASE("moe_ffn from_dense with a cosine router: top-2 renormalised copies reproduce the dense MLP", "[moe]") {
+  std::mt19937_64 rng(6);
+  const index_t B = 2, T = 4, D = 6, H = 7, E = 4, N = B * T;
+  moe::FFNExpert<double> dense(D, H, nn::Activation::gelu, 3);
+  auto router = moe::CosineRouter<double>::init(D, 8, E, rng);
+  router.top_k = 2;
+  router.renormalize = true;
+  auto m = moe::GMoEFFN<double>::from_dense(dense, router, std::numeric_limits<double>::infinity());
+  std::vector<std::string> names;
+  for (auto& p : nn::named_parameters<double>(m)) names.push_back(p.name);
+  REQUIRE(names.size() == std::size_t(4 + 4 * E));
+  REQUIRE(names[0] == "router.proj.weight");
+  REQUIRE(names[3] == "router.log_scale");
+  REQUIRE(names[4] == "experts.0.fc1.weight");
+  REQUIRE(names.back() == "experts.3.fc2.bias");
+  // Deep copies: the experts are fresh trainable leaves, not views of the dense weights.
+  REQUIRE(m.experts[1].fc1.weight.data() != dense.fc1.weight.data());
+  REQUIRE(m.experts[1].fc1.weight.requires_grad());
+  auto x = randn<3>(rng, {B, T, D});
+  auto noise = moe::draw_router_noise<double>(N, E, rng);
+  auto y = m.forward(x, noise);
+  REQUIRE(test::max_rel_error(y.reshape(DynShape<2>(N, D)), dense(x.reshape(DynShape<2>(N, D)))) < 1e-12);
+}
+
+TEST_CASE("moe_ffn drops overflow picks: a dropped token outputs exactly zero", "[moe]") {
+  std::mt19937_64 rng(7);
+  const index_t B = 1, T = 6, D = 3, H = 4, E = 3, N = B * T;
+  moe::LinearRouter<double> r;
+  r.weight = Tensor<double, DynShape<2>>::zeros(DynShape<2>(E, D));  // every token: the same probabilities,
+  r.bias = Tensor<double, DynShape<1>>::from_host(DynShape<1>(E), {2.0, 0.0, -1.0});  // expert 0 first
+  auto m = make_ffn(r, D, H, 21);
+  m.capacity_factor = 1.0;  // C = int(1 * ceil(6 / 3)) = 2
+  auto x = randn<3>(rng, {B, T, D});
+  auto y = m.forward(x);
+  // Equal priorities: the lower token wins, so tokens 0 and 1 keep expert 0's two slots.
+  REQUIRE(m.routing.plan.kept == std::vector<std::int64_t>{1, 1, 0, 0, 0, 0});
+  auto ye = m.experts[0](x.reshape(DynShape<2>(N, D)));
+  const double p0 = m.routing.out.probs(0, 0);
+  for (index_t n = 0; n < N; ++n)
+    for (index_t d = 0; d < D; ++d) {
+      if (n < 2)
+        REQUIRE(std::abs(y(0, n, d) - p0 * ye(n, d)) < 1e-14);
+      else
+        REQUIRE(y(0, n, d) == 0.0);  // exactly: the residual alone carries a dropped token
+    }
+}
+
+TEST_CASE("moe_ffn aux losses come from the routing state, and the linear router noise option", "[moe]") {
+  std::mt19937_64 rng(8);
+  const index_t B = 2, T = 5, D = 4, H = 3, E = 4, N = B * T;
+  auto m = make_ffn(linear_router(rng, E, D, 2, false), D, H, 31);
+  m.router.gate_noise = 0.5;
+  auto x = randn<3>(rng, {B, T, D});
+  auto noise = moe::draw_router_noise<double>(N, E, rng);
+  m.forward(x, noise);
+  const auto& o = m.routing.out;
+  REQUIRE(o.noise_std == 0.5 / E);
+  Tensor<double, DynShape<2>> expect_noisy = o.logits + noise * (0.5 / E);
+  REQUIRE(test::max_rel_error(o.noisy_logits, expect_noisy) < 1e-15);
+  Tensor<double, DynShape<2>> expect_probs = softmax<-1>(expect_noisy);
+  REQUIRE(test::max_rel_error(o.probs, expect_probs) < 1e-15);
+  auto a = m.aux_losses();
+  auto b = moe::gmoe_aux_losses(o.logits, noise, 2, 0.5);
+  REQUIRE(std::abs(a.l_aux.item() - b.l_aux.item()) < 1e-14);
+  REQUIRE(a.l_aux.item() > 0);
+  // Evaluation (no noise): the noisy logits are the clean ones; the CDF scale stays gate_noise / E.
+  m.forward(x);
+  REQUIRE(test::max_rel_error(m.routing.out.noisy_logits, m.routing.out.logits) == 0);
+  REQUIRE(m.routing.out.noise_std == 0.5 / E);
+}
+
+TEST_CASE("moe_ffn configuration errors name the problem", "[moe]") {
+  std::mt19937_64 rng(9);
+  const index_t D = 4, H = 3, E = 3;
+  auto x = randn<3>(rng, {2, 3, D});
+  {
+    moe::MoEFFN<double> fresh;
+    require_error<ValueError>([&] { fresh.aux_losses(); }, "no forward");
+  }
+  {
+    auto m = make_ffn(linear_router(rng, E, D, 4, false), D, H, 1);  // k > E
+    require_error<ValueError>([&] { m.forward(x); }, "top_k = 4");
+    m.router.top_k = 0;
+    require_error<ValueError>([&] { m.forward(x); }, "top_k = 0");
+  }
+  {
+    auto m = make_ffn(linear_router(rng, E, D, 1, false), D, H, 1);
+    m.capacity_factor = 0;
+    require_error<ValueError>([&] { m.forward(x); }, "capacity_factor");
+    m.capacity_factor = -1.5;
+    require_error<ValueError>([&] { m.forward(x); }, "capacity_factor");
+  }
+  {
+    auto m = make_ffn(linear_router(rng, E, D + 1, 1, false), D, H, 1);  // router expects D + 1 features
+    require_error<ShapeError>([&] { m.forward(x); }, "router takes 5 features");
+  }
+  {
+    auto r = moe::CosineRouter<double>::init(D, 8, E, rng);
+    auto m = make_ffn(r, D, H, 1);
+    m.experts.pop_back();
+    require_error<ValueError>([&] { m.forward(x); }, "3 outputs but there are 2 experts");
+  }
+  {
+    auto m = make_ffn(linear_router(rng, E, D, 1, false), D, H, 1);
+    m.experts[2] = moe::FFNExpert<double>(D + 1, H);
+    require_error<ShapeError>([&] { m.forward(x); }, "expert 2");
+  }
+  {
+    auto m = make_ffn(linear_router(rng, E, D, 1, false), D, H, 1);
+    require_error<ShapeError>([&] { m.forward(x, moe::draw_router_noise<double>(5, E, rng)); }, "noise");
+  }
+  {
+    auto r = moe::CosineRouter<double>::init(D, 8, E, rng);
+    r.gate_noise = 0;
+    auto m = make_ffn(r, D, H, 1);
+    m.forward(x);
+    require_error<ValueError>([&] { m.aux_losses(); }, "noise std > 0");
+  }
 }

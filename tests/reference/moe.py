@@ -400,6 +400,165 @@ def moe_ffn(seed):
 
 
 # ---------------------------------------------------------------------------------------------------
+# GMoE-configured MoE FFN (Tutel's cosine top-k gate + batch-prioritised capacity + aux losses), with a
+# fixed noise tensor so that the "training" forward is deterministic:
+#   logits = normalize(proj(x)) @ normalize_columns(codebook) * exp(min(log_scale, ln 100))
+#   noisy  = logits + noise * gate_noise / E;  probs = softmax(noisy);  picks = top-k of probs
+#   gates  = probs at the picks, divided by their sum when renormalised (before any pick is dropped)
+#   C      = k * int(cf * ceil(N / E)); every round j = 0..k-1 visits the tokens by descending top
+#            probability (ties -> lower token) and gives pick j the next slot of its expert, counting
+#            all earlier picks (dropped ones too); slot >= C -> dropped
+#   y_n    = sum over kept picks j of gates[n, j] * fc2(gelu(fc1(x_n)))_{expert e_nj}
+#   l_aux  = (cv^2(sum_n softmax(logits)) + cv^2(sum_n Phi((softmax(logits) - thr_n) / sigma))) / 2,
+#            thr_n = the k-th largest noisy logit, sigma = gate_noise / E, cv^2 = var_unbiased / (mean^2 + 1e-10)
+def capacity_assign_topk(idx, priority, num_experts, cap):
+    """idx [N, k] picks (best first), priority [N]. Returns order [N], slot [N, k], kept [N, k]."""
+    order = torch.sort(-priority.detach(), stable=True).indices
+    N, k = idx.shape
+    slot = torch.empty_like(idx)
+    counts = [0] * num_experts
+    for j in range(k):
+        for tkn in order.tolist():
+            e = int(idx[tkn, j])
+            slot[tkn, j] = counts[e]
+            counts[e] += 1
+    kept = (slot < cap).to(I64)
+    return order, slot, kept
+
+
+def _capacity_topk_vectorised(idx, priority, num_experts):
+    """Tutel's formulation: sorted cumulative sums per round plus the previous rounds' per-expert totals."""
+    order = torch.sort(-priority, stable=True).indices
+    inv = torch.empty_like(order)
+    inv[order] = torch.arange(order.numel())
+    base = torch.zeros(num_experts, dtype=I64)
+    slots = []
+    for j in range(idx.shape[1]):
+        mask = F.one_hot(idx[:, j], num_experts)                      # [N, E]
+        loc = (mask[order].cumsum(0) - 1)[inv] + base                 # location in token order
+        slots.append((loc * mask).sum(1))
+        base = base + mask.sum(0)
+    return torch.stack(slots, 1)
+
+
+def moe_ffn_gmoe_fwd(E, k, renormalize, cf, gate_noise):
+    def fwd(i, p):
+        x = i["x"]
+        B, T, D = x.shape
+        xf = x.reshape(B * T, D)
+        N = xf.shape[0]
+        h = normalize(F.linear(xf, p["router.proj.weight"], p["router.proj.bias"]), dim=-1)
+        cb = normalize(p["router.codebook"], dim=0)
+        logits = (h @ cb) * torch.exp(torch.clamp(p["router.log_scale"], max=LN100))
+        sigma = gate_noise / E
+        noisy = logits + i["noise"] * sigma
+        probs = torch.softmax(noisy, dim=-1)
+        idx = topk_desc(probs, k)                                      # [N, k]
+        top = probs.gather(-1, idx)
+        gates = top / top.sum(-1, keepdim=True) if renormalize else top
+        C = capacity(N, E, cf, k)
+        order, slot, kept = capacity_assign_topk(idx, top[:, 0], E, C)
+        y = torch.zeros_like(xf)
+        for j in range(k):
+            for e in range(E):
+                sel = ((idx[:, j] == e) & kept[:, j].bool()).nonzero().squeeze(-1)
+                if sel.numel() == 0:
+                    continue
+                hh = F.gelu(F.linear(xf[sel], p[f"experts.{e}.fc1.weight"], p[f"experts.{e}.fc1.bias"]))
+                o = F.linear(hh, p[f"experts.{e}.fc2.weight"], p[f"experts.{e}.fc2.bias"])
+                y = y.index_add(0, sel, gates[sel, j:j + 1] * o)
+        scores = torch.softmax(logits, dim=-1)                         # clean
+        imp = scores.sum(0)
+        l_imp = imp.var(unbiased=True) / (imp.mean() ** 2 + 1e-10)
+        thr = noisy.gather(-1, idx[:, k - 1:k])                        # k-th largest noisy logit
+        load = normal_cdf(scores - thr, sigma).sum(0)
+        l_load = load.var(unbiased=True) / (load.mean() ** 2 + 1e-10)
+        l_aux = (l_imp + l_load) / 2.0
+        return {"y": y.reshape(B, T, D), "logits": logits, "probs": probs, "top_index": idx, "gates": gates,
+                "slot": slot, "kept": kept, "l_imp": l_imp, "l_load": l_load, "l_aux": l_aux}
+    return fwd
+
+
+def _moe_ffn_gmoe_case(name, seed, E, k, renormalize, cf):
+    B, T, D, H, Pd, gate_noise = 2, 9, 12, 16, 8, 1.0
+    N = B * T
+    C = capacity(N, E, cf, k)
+    c = Case(name, seed, num_experts=E, dim=D, hidden=H, proj_dim=Pd, top_k=k, renormalize=renormalize,
+             capacity_factor=cf, capacity=C, gate_noise=gate_noise, noise_std="gate_noise/num_experts",
+             training=True, activation="gelu_exact", router="cosine (Tutel CosineTopKGate)",
+             clamp_max="ln(100)", normalize_eps=1e-12, residual="not included",
+             capacity_formula="k*int(cf*ceil(N/E))",
+             priority="descending top probability, ties lower token; same order every round; rounds j=0..k-1",
+             aux="(l_imp + l_load) / 2, threshold = k-th largest noisy logit")
+    x = randn(B, T, D)
+    c.input("x", x, grad=True)
+    c.input("noise", randn(N, E))
+    c.param("router.proj.weight", randn(Pd, D, scale=D ** -0.5))
+    c.param("router.proj.bias", randn(Pd, scale=0.1))
+    c.param("router.codebook", randn(Pd, E))
+    c.param("router.log_scale", torch.tensor(math.log(2.0) + 0.3, dtype=DT))
+    for e in range(E):
+        c.param(f"experts.{e}.fc1.weight", randn(H, D, scale=D ** -0.5))
+        c.param(f"experts.{e}.fc1.bias", randn(H, scale=0.1))
+        c.param(f"experts.{e}.fc2.weight", randn(D, H, scale=H ** -0.5))
+        c.param(f"experts.{e}.fc2.bias", randn(D, scale=0.1))
+    c.forward = moe_ffn_gmoe_fwd(E, k, renormalize, cf, gate_noise)
+    c.loss("y")
+    c.loss("l_aux", unit=True)
+
+    def cross(t):  # token by token, slots by Tutel's vectorised rule
+        xf = t["in.x"].reshape(-1, D)
+        idx, kept = t["out.top_index"], t["out.kept"]
+        probs = t["out.probs"]
+        slot = _capacity_topk_vectorised(idx, probs.gather(1, idx[:, :1]).squeeze(1), E)
+        assert torch.equal(slot, t["out.slot"]), "moe_ffn_gmoe: slot mismatch (vectorised)"
+        assert torch.equal(kept, (slot < C).to(I64))
+        y = torch.zeros_like(xf)
+        for n in range(N):
+            pk = probs[n, idx[n]]
+            g = pk / pk.sum() if renormalize else pk
+            for j in range(k):
+                if kept[n, j]:
+                    e = int(idx[n, j])
+                    hh = F.gelu(t[f"param.experts.{e}.fc1.weight"] @ xf[n] + t[f"param.experts.{e}.fc1.bias"])
+                    y[n] += g[j] * (t[f"param.experts.{e}.fc2.weight"] @ hh + t[f"param.experts.{e}.fc2.bias"])
+        _close(y.reshape(B, T, D), t["out.y"], what=name)
+        z, nz = t["out.logits"], t["in.noise"]
+        noisy = z + nz / E
+        s = torch.softmax(z, -1)
+        thr = torch.tensor([sorted(r.tolist(), reverse=True)[k - 1] for r in noisy], dtype=DT)
+        pr = torch.distributions.Normal(torch.tensor(0.0, dtype=DT), torch.tensor(1.0 / E, dtype=DT)).cdf(
+            s - thr[:, None])
+        cv2 = lambda v: ((v - v.mean()) ** 2).sum() / (E - 1) / (v.mean() ** 2 + 1e-10)  # noqa: E731
+        _close((cv2(s.sum(0)) + cv2(pr.sum(0))) / 2, t["out.l_aux"], what=name + " l_aux")
+    c.crosscheck = cross
+    with torch.no_grad():
+        o = c.forward(c.inputs, c.params)
+    kept = o["kept"]
+    assert int(kept[:, 0].sum()) < N, f"{name}: expected dropped first picks"
+    assert int(kept.sum(1).eq(0).sum()) > 0, f"{name}: expected a token with every pick dropped"
+    if k > 1:
+        assert int(kept[:, 1].sum()) > 0, f"{name}: expected kept second picks"
+        assert int((kept[:, 0].bool() & ~kept[:, 1].bool()).sum()) > 0, f"{name}: expected a partly dropped token"
+    assert o["top_index"][:, 0].unique().numel() >= min(E, 3), f"{name}: routing too concentrated"
+    c.meta["num_dropped"] = int((1 - kept).sum())
+    return c
+
+
+@register("moe_ffn_gmoe_top1", 2012)
+def moe_ffn_gmoe_top1(seed):
+    """GMoE's code: 6 experts, top-1, gate not renormalised; capacity factor 1.0 (C = 3) so tokens drop."""
+    return _moe_ffn_gmoe_case("moe_ffn_gmoe_top1", seed, E=6, k=1, renormalize=False, cf=1.0)
+
+
+@register("moe_ffn_gmoe_top2", 2013)
+def moe_ffn_gmoe_top2(seed):
+    """GMoE's paper: top-2 with renormalised gates (Tutel); 4 experts, capacity factor 0.5 (C = 2 * int(0.5 * 5)
+    = 4) so that first picks overflow, and so do the second picks of the experts that overflowed."""
+    return _moe_ffn_gmoe_case("moe_ffn_gmoe_top2", seed, E=4, k=2, renormalize=True, cf=0.5)
+
+
+# ---------------------------------------------------------------------------------------------------
 @register("lora", 2011)
 def lora(seed):
     IN, OUT, r, alpha = 12, 10, 4, 8.0

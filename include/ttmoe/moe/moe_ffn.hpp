@@ -1,128 +1,215 @@
 #pragma once
-// MoE feed-forward layer (GMoE): a linear top-1 router, capacity-limited batch-prioritised slots,
-// E experts fc2(gelu(fc1(x))). Tokens are grouped per expert: each expert gathers its kept rows
-// with index_select, runs ONE matmul per layer, and its gated output is scattered back. The output
-// of a kept token is p_top * expert(x) (not renormalised); a dropped token outputs 0 (the residual
-// connection lives outside).
+// MoE feed-forward layer (GMoE, after V-MoE / Tutel): a router (any type with the router interface of
+// router.hpp: moe::LinearRouter, moe::CosineRouter), top-k picks per token, capacity-limited
+// batch-prioritised slots (capacity.hpp), and E experts fc2(gelu(fc1(x))) (nn::Mlp, timm's ViT MLP, so
+// a dense block's MLP upcycles into the experts by copy).
+//
+// Output of token n: sum over its kept picks j of gate[n, j] * expert_{e_j}(x_n), gate = the picked
+// probability (renormalised over the k picks when the router says so, before any pick is dropped, as
+// Tutel). A token whose picks are all dropped outputs 0: the residual connection lives outside.
+//
+// Data flow, chosen so that the cost is one GEMM per expert and layer (fc1, fc2) and O(N k Dm) copies:
+//   - dispatch: each expert gathers its kept tokens with one index_select and runs its MLP on them as
+//     one [n_e, Dm] batch (never token by token);
+//   - combine: the expert outputs are concatenated (plus one zero row standing for dropped picks) and
+//     ONE index_select brings them back in (token, pick) order [N * k, Dm]; the gates multiply them
+//     (one elementwise pass) and, for k > 1, a sum over the pick axis adds the k picks. Scattering
+//     each expert's rows into a zero [N, Dm] output instead would copy the whole output once per
+//     expert (O(E N Dm)) and need an [n_e, Dm] index per expert. (index_select itself still expands
+//     its [m] row index to one int64 per element inside ops/indexing.hpp; a row-gather kernel there
+//     would remove that for every caller.)
+// The routing decisions (picks, slots) are made on the host from two small tensors ([N, k] indices
+// and priorities), which is what lets the layer run unchanged on any device.
 
+#include <concepts>
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "ttmoe/moe/aux_losses.hpp"
 #include "ttmoe/moe/capacity.hpp"
+#include "ttmoe/moe/cosine_router.hpp"
+#include "ttmoe/moe/router.hpp"
+#include "ttmoe/nn/mlp.hpp"
 #include "ttmoe/ops/indexing.hpp"
-#include "ttmoe/ops/matmul.hpp"
 #include "ttmoe/ops/reduce.hpp"
 
 namespace ttmoe::moe {
 
-/// A weight [out, in] and bias [out] (nn.Linear layout, without depending on nn::Linear).
+/// One expert: timm's Mlp fc2(act(fc1(x))) with exact GELU by default; parameters `fc1.*`, `fc2.*`.
 template <class T, class D = cpu>
-struct Affine {
-  Tensor<T, DynShape<2>, D> weight;
-  Tensor<T, DynShape<1>, D> bias;
-  template <class V>
-  void visit_parameters(V& v) {
-    v("weight", weight);
-    v("bias", bias);
-  }
-  /// x W^T + b for x [N, in].
-  Tensor<T, DynShape<2>, D> operator()(const Tensor<T, DynShape<2>, D>& x) const {
-    return matmul<false, true>(x, weight) + bias;
-  }
-  /// A deep copy (a fresh trainable leaf).
-  Affine copy() const {
-    autograd::NoGrad ng;
-    Affine a{weight.detach().clone(), bias.detach().clone()};
-    a.weight.set_requires_grad();
-    a.bias.set_requires_grad();
-    return a;
-  }
+using FFNExpert = nn::Mlp<T, D>;
+
+/// What MoEFFN needs of a router: routing of [N, D] tokens with optional noise, the expert count, the
+/// input size (checked against the layer's input) and top_k (checked against the expert count).
+template <class R, class T, class D>
+concept MoERouter = requires(const R& r, const Tensor<T, DynShape<2>, D>& x) {
+  { r.forward(x, x) } -> std::same_as<RouterOutput<T, D>>;
+  { r.num_experts() } -> std::convertible_to<index_t>;
+  { r.in_features() } -> std::convertible_to<index_t>;
+  { r.top_k } -> std::convertible_to<index_t>;
 };
 
-/// One expert: fc2(gelu_exact(fc1(x))).
+/// Routing state of a MoEFFN's last forward, flattened over the B * T tokens.
 template <class T, class D = cpu>
-struct FFNExpert {
-  Affine<T, D> fc1, fc2;
-  template <class V>
-  void visit_parameters(V& v) {
-    v.sub("fc1", fc1);
-    v.sub("fc2", fc2);
-  }
-  Tensor<T, DynShape<2>, D> operator()(const Tensor<T, DynShape<2>, D>& x) const {
-    Tensor<T, DynShape<2>, D> h = gelu(fc1(x));
-    return fc2(h);
-  }
-};
-
-/// Router weight [E, D] without bias.
-template <class T, class D = cpu>
-struct FFNRouter {
-  Tensor<T, DynShape<2>, D> weight;
-  template <class V>
-  void visit_parameters(V& v) {
-    v("weight", weight);
-  }
-};
-
-/// Routing bookkeeping of the last forward (per token, flattened).
 struct MoEFFNRouting {
-  std::vector<std::int64_t> top_index;
-  CapacityPlan plan;
+  RouterOutput<T, D> out;                 ///< the router's tensors (recorded: the aux losses read them)
+  std::vector<std::int64_t> top_index;    ///< [N * k] host copy of out.indices
+  CapacityPlan plan;                      ///< slots and kept flags per pick, [N * k]
 };
 
-/// MoE FFN; parameters `router.weight`, `experts.{e}.fc1.{weight,bias}`, `experts.{e}.fc2.*`.
-template <class T, class D = cpu>
+namespace detail {
+/// A deep copy of a Linear as a fresh trainable leaf (upcycling must not share the dense weights).
+template <class T, class D>
+nn::Linear<T, D> copy_linear(const nn::Linear<T, D>& l) {
+  autograd::NoGrad ng;
+  nn::Linear<T, D> c;
+  c.weight = l.weight.detach().clone();
+  c.weight.set_requires_grad();
+  if (l.bias.defined()) {
+    c.bias = l.bias.detach().clone();
+    c.bias.set_requires_grad();
+  }
+  return c;
+}
+}  // namespace detail
+
+/// MoE FFN; parameters `router.*` (the router's own names), `experts.{e}.fc1.{weight,bias}`,
+/// `experts.{e}.fc2.{weight,bias}`.
+template <class T, class D = cpu, class Router = LinearRouter<T, D>>
+  requires MoERouter<Router, T, D>
 struct MoEFFN {
-  FFNRouter<T, D> router;
+  Router router;
   std::vector<FFNExpert<T, D>> experts;
+  /// C = k * int(capacity_factor * ceil(N / E)) slots per expert (GMoE: 1.5); must be > 0, and
+  /// infinity disables dropping.
   double capacity_factor = 1.5;
 
-  Tensor<T, DynShape<2>, D> probs;  ///< [N, E] of the last forward
-  MoEFFNRouting routing;
+  MoEFFNRouting<T, D> routing;  ///< of the last forward
 
-  /// Initialises every expert as a copy of a dense FFN (GMoE's upcycling); the router is given.
-  static MoEFFN from_dense(const FFNExpert<T, D>& dense, const Tensor<T, DynShape<2>, D>& router_weight) {
+  /// GMoE's upcycling: E copies of a pretrained dense MLP (deep, trainable), routed by `router`.
+  static MoEFFN from_dense(const FFNExpert<T, D>& dense, Router router, double capacity_factor = 1.5) {
     MoEFFN m;
-    m.router.weight = router_weight;
-    for (index_t e = 0; e < router_weight.extent(0); ++e) m.experts.push_back({dense.fc1.copy(), dense.fc2.copy()});
+    m.router = std::move(router);
+    m.capacity_factor = capacity_factor;
+    const index_t E = m.router.num_experts();
+    m.experts.reserve(E);
+    for (index_t e = 0; e < E; ++e) {
+      FFNExpert<T, D> x;
+      x.fc1 = detail::copy_linear(dense.fc1);
+      x.fc2 = detail::copy_linear(dense.fc2);
+      x.act = dense.act;
+      m.experts.push_back(std::move(x));
+    }
     return m;
   }
 
+  /// Parameters `router.*` then `experts.{e}.fc1.*`, `experts.{e}.fc2.*` (stable names for checkpoints).
   template <class V>
   void visit_parameters(V& v) {
     v.sub("router", router);
     for (std::size_t e = 0; e < experts.size(); ++e) v.sub("experts." + std::to_string(e), experts[e]);
   }
 
-  /// y [B, T, D] for x [B, T, D]; all B*T tokens compete for capacity in one call.
-  Tensor<T, DynShape<3>, D> forward(const Tensor<T, DynShape<3>, D>& x) {
-    const index_t B = x.extent(0), Tn = x.extent(1), Dm = x.extent(2), N = B * Tn;
-    const index_t E = router.weight.extent(0);
-    auto xf = x.reshape(DynShape<2>(N, Dm));
-    probs = softmax<-1>(matmul<false, true>(xf, router.weight));
-    auto [top_score, top_idx] = topk(probs, 1);  // [N, 1]: the score keeps its gradient
-    routing.top_index = top_idx.to_vector();
-    routing.plan = plan_capacity(routing.top_index, top_score.to_vector(), E, 1, capacity_factor);
-    Tensor<T, DynShape<2>, D> out = Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(N, Dm));
-    for (index_t e = 0; e < E; ++e) {
-      std::vector<std::int64_t> rows;
-      for (index_t n = 0; n < N; ++n)
-        if (routing.top_index[n] == e && routing.plan.kept[n]) rows.push_back(n);
-      if (rows.empty()) continue;
-      const index_t ne = index_t(rows.size());
-      auto ridx = IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(ne), rows);
-      auto xe = index_select(xf, ridx);
-      auto ye = experts[e](xe);
-      auto ge = index_select(top_score, ridx);  // [ne, 1]
-      Tensor<T, DynShape<2>, D> contrib = ye * ge;
-      std::vector<std::int64_t> full(ne * Dm);
-      for (index_t i = 0; i < ne; ++i)
-        for (index_t d = 0; d < Dm; ++d) full[i * Dm + d] = rows[i];
-      auto sidx = IndexTensor<DynShape<2>, D>::from_host(DynShape<2>(ne, Dm), full);
-      out = scatter_add<0>(out, sidx, contrib);
+  /// E, as the router sees it (validate() checks that there are as many experts).
+  index_t num_experts() const { return router.num_experts(); }
+  /// k, the router's picks per token.
+  index_t top_k() const { return router.top_k; }
+
+  /// Throws ValueError / ShapeError naming the mismatch unless the configuration fits inputs of
+  /// `dim` features: top_k in [1, E], capacity_factor > 0, one expert per router output, router and
+  /// experts taking `dim` features and the experts returning `dim`. Run by forward before any work.
+  void validate(index_t dim) const {
+    const index_t E = num_experts();
+    check_top_k(index_t(router.top_k), E, "MoEFFN");
+    check_capacity_factor(capacity_factor, "MoEFFN");
+    if (index_t(experts.size()) != E)
+      throw ValueError("MoEFFN: the router has " + std::to_string(E) + " outputs but there are " +
+                       std::to_string(experts.size()) + " experts");
+    if (router.in_features() != dim)
+      throw ShapeError("MoEFFN: the router takes " + std::to_string(router.in_features()) +
+                       " features but the input has " + std::to_string(dim));
+    for (std::size_t e = 0; e < experts.size(); ++e) {
+      const auto& x = experts[e];
+      if (x.fc1.in_features() != dim || x.fc2.out_features() != dim || x.fc2.in_features() != x.fc1.out_features())
+        throw ShapeError("MoEFFN: expert " + std::to_string(e) + " (fc1 " + x.fc1.weight.shape().to_string() +
+                         ", fc2 " + x.fc2.weight.shape().to_string() + ") does not map " + std::to_string(dim) +
+                         " features to " + std::to_string(dim));
     }
-    return out.reshape(DynShape<3>(B, Tn, Dm));
+  }
+
+  /// y [B, T, D] for x [B, T, D]; all B*T tokens compete for capacity in one call. `noise` [B*T, E]
+  /// ~ N(0, 1) in training (the router scales it by gate_noise / E), undefined for evaluation.
+  Tensor<T, DynShape<3>, D> forward(const Tensor<T, DynShape<3>, D>& x, const Tensor<T, DynShape<2>, D>& noise = {}) {
+    const index_t B = x.extent(0), Tn = x.extent(1), Dm = x.extent(2), N = B * Tn;
+    validate(Dm);
+    const index_t E = num_experts();
+    auto xf = x.reshape(DynShape<2>(N, Dm));
+    routing.out = router.forward(xf, noise);
+    const index_t k = routing.out.top_k();
+
+    // Host-side decisions from two small tensors: the picks [N, k] and the priorities [N].
+    routing.top_index = routing.out.indices.to_vector();
+    std::vector<T> priority(N);
+    {
+      const auto tp = routing.out.top_probs.to_vector();
+      for (index_t n = 0; n < N; ++n) priority[n] = tp[n * k];
+    }
+    routing.plan = plan_capacity(routing.top_index, priority, E, k, capacity_factor);
+
+    // Group the kept picks per expert (tokens ascending); pos = row of the pick in its expert's batch.
+    std::vector<std::vector<std::int64_t>> rows(E);
+    std::vector<std::int64_t> pos(N * k, -1);
+    for (index_t n = 0; n < N; ++n)
+      for (index_t j = 0; j < k; ++j) {
+        const index_t q = n * k + j;
+        if (!routing.plan.kept[q]) continue;
+        auto& r = rows[routing.top_index[q]];
+        pos[q] = std::int64_t(r.size());
+        r.push_back(n);
+      }
+
+    // One batched MLP per expert over its gathered tokens.
+    std::vector<Tensor<T, DynShape<2>, D>> parts;
+    std::vector<std::int64_t> offset(E, 0);
+    std::int64_t kept_rows = 0;
+    for (index_t e = 0; e < E; ++e) {
+      if (rows[e].empty()) continue;
+      const index_t ne = index_t(rows[e].size());
+      auto ridx = IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(ne), rows[e]);
+      parts.push_back(experts[e](index_select(xf, ridx)));
+      offset[e] = kept_rows;
+      kept_rows += ne;
+    }
+    // Row kept_rows is zero: where every dropped pick reads from.
+    parts.push_back(Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(1, Dm)));
+    std::vector<std::int64_t> src(N * k);
+    for (index_t q = 0; q < N * k; ++q)
+      src[q] = routing.plan.kept[q] ? offset[routing.top_index[q]] + pos[q] : kept_rows;
+    auto stacked = concat<0>(parts);  // [kept_rows + 1, Dm]
+    auto picked = index_select(stacked, IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(N * k), src));  // [N*k, Dm]
+
+    Tensor<T, DynShape<2>, D> y;
+    if (k == 1) {
+      y = Tensor<T, DynShape<2>, D>(picked * routing.out.top_gates);  // [N, Dm] * [N, 1]
+    } else {
+      auto g3 = routing.out.top_gates.reshape(DynShape<3>(N, k, 1));
+      y = sum<1>(picked.reshape(DynShape<3>(N, k, Dm)) * g3);  // [N, k, Dm] gated picks, summed over k
+    }
+    return y.reshape(DynShape<3>(B, Tn, Dm));
+  }
+
+  /// GMoE's auxiliary losses (importance + load, aux_losses.hpp) of the last forward's routing; add
+  /// 0.01 * l_aux per MoE layer to the task loss. Call within the same tape as the forward.
+  AuxLosses<T, D> aux_losses() const {
+    if (!routing.out.logits.defined()) throw ValueError("MoEFFN::aux_losses: no forward has run yet");
+    return gmoe_aux_losses(routing.out);
   }
 };
+
+/// GMoE's configuration of the layer: cosine router (moe::CosineRouter::init(dim, 256, 6, rng), top-1
+/// not renormalised in the authors' code; the paper says top-2), capacity factor 1.5.
+template <class T, class D = cpu>
+using GMoEFFN = MoEFFN<T, D, CosineRouter<T, D>>;
 
 }  // namespace ttmoe::moe
