@@ -1,13 +1,7 @@
-// Gradient checks of the index-driven ops and views, the COVERAGE test over every registered case
-// (in this executable), and self-tests of the harness itself. See tests/support/gradcheck.hpp.
+// Gradient checks of the index-driven ops and views, and self-tests of the harness itself. See
+// tests/support/gradcheck.hpp (the coverage test over every registered case is gc_coverage.cpp).
 
 #include <gradcheck.hpp>
-
-#include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <regex>
-#include <tuple>
 
 using namespace ttmoe;
 using namespace ttmoe::gradcheck;
@@ -169,112 +163,6 @@ GRADCHECK_CASE("clone") {
                [](const Inputs& in) -> Output { return in.get<2>(0).clone(); })
       .variant("clone * original", [](Rng& r) { return Shapes{{r.ext(1, 12)}}; },
                [](const Inputs& in) -> Output { auto x = in.get<1>(0); return x.clone() * x; });
-}
-
-// ---- coverage ------------------------------------------------------------------------------------
-namespace {
-// Every elementwise functor in expr/ops.hpp, differentiable or not (the test below checks this list
-// against the header itself, so a new functor cannot be forgotten here).
-using AllFunctors = std::tuple<op::neg, op::exp, op::log, op::tanh, op::erf, op::sqrt, op::rsqrt, op::abs, op::square,
-                               op::sigmoid, op::relu, op::gelu, op::gelu_tanh, op::silu, op::add, op::sub, op::mul,
-                               op::div, op::pow, op::maximum, op::minimum, op::greater, op::greater_equal, op::less,
-                               op::less_equal, op::equal, op::where, op::muladd>;
-
-template <class... Op>
-std::vector<std::pair<std::string, bool>> functor_list(std::tuple<Op...>*) {
-  return {{Op::name, Op::differentiable}...};
-}
-
-// Tape node names of differentiable non-elementwise ops (plus the one node of a fused expression).
-const std::set<std::string> kNodeNames = {"matmul",      "sum",         "max",     "min",        "variance",
-                                          "logsumexp",   "softmax",     "log_softmax", "index_select", "gather",
-                                          "scatter_add", "concat",      "narrow",  "permute",    "topk",
-                                          "slice",       "reshape",     "clone",   "fused_elementwise", "linear", "fused_qkv_attention"};
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error("cannot read " + path);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-}  // namespace
-
-TEST_CASE("gradcheck coverage: every differentiable op has a case, every recorded node is known", "[gradcheck][coverage]") {
-  std::set<std::string> differentiable_functors;
-  for (const auto& [name, diff] : functor_list(static_cast<AllFunctors*>(nullptr)))
-    if (diff) differentiable_functors.insert(name);
-  REQUIRE(differentiable_functors.size() == 23);
-
-  std::set<std::string> observed, declared;
-  std::map<std::string, Result> results;
-  for (const auto& reg : registry()) {
-    const Case c = reg.make();
-    const Result r = run_case(reg.name, c);
-    INFO("case " << reg.name);
-    CHECK(r.ok);
-    CHECK(!r.node_names.empty());
-    observed.insert(r.node_names.begin(), r.node_names.end());
-    for (const auto& f : c.functors) {
-      // A case declaring a functor must at least have recorded a fused elementwise node.
-      CHECK(r.node_names.count("fused_elementwise") == 1);
-      declared.insert(f);
-    }
-    results.emplace(reg.name, r);
-  }
-  // (a) every differentiable functor is declared by some case, and every listed node name was seen.
-  for (const auto& f : differentiable_functors) {
-    INFO("elementwise functor without a gradcheck case: " << f);
-    CHECK(declared.count(f) == 1);
-  }
-  for (const auto& n : kNodeNames) {
-    INFO("tape node never produced by a gradcheck case: " << n);
-    CHECK(observed.count(n) == 1);
-  }
-  // (b) every node name the cases produced is in the list (a new op must be added there, with a case).
-  for (const auto& n : observed) {
-    INFO("node recorded by a case but missing from the coverage list: " << n);
-    CHECK(kNodeNames.count(n) == 1);
-  }
-  // Declarations name real differentiable functors (no typos hiding a missing case).
-  for (const auto& f : declared) {
-    INFO("declared functor is not a differentiable op in expr/ops.hpp: " << f);
-    CHECK(differentiable_functors.count(f) == 1);
-  }
-
-  // TTMOE_GRADCHECK_REPORT=1 prints each case's max errors (combine with TTMOE_GRADCHECK_SEED=<n>).
-  if (std::getenv("TTMOE_GRADCHECK_REPORT")) {
-    for (const auto& [name, r] : results)
-      std::printf("%-48s max abs %.3e  max rel %.3e  elements %6zu  kink re-draws %d\n", name.c_str(), r.max_abs_err,
-                  r.max_rel_err, r.checked, r.redraws);
-  }
-}
-
-TEST_CASE("gradcheck coverage lists match the library sources", "[gradcheck][coverage]") {
-  // The functor tuple above lists every functor struct of expr/ops.hpp.
-  const std::string ops = read_file(std::string(TTMOE_SOURCE_DIR) + "/include/ttmoe/expr/ops.hpp");
-  std::set<std::string> in_header;
-  const std::regex functor(R"(\n\s*struct\s+(\w+)\s*\{)"), comparison(R"(\nTTMOE_COMPARISON\((\w+),)");
-  for (std::sregex_iterator it(ops.begin(), ops.end(), functor), end; it != end; ++it)
-    if ((*it)[1] != "NAME") in_header.insert((*it)[1]);  // NAME: the TTMOE_COMPARISON macro's own body
-  for (std::sregex_iterator it(ops.begin(), ops.end(), comparison), end; it != end; ++it) in_header.insert((*it)[1]);
-  std::set<std::string> listed;
-  for (const auto& [name, diff] : functor_list(static_cast<AllFunctors*>(nullptr))) listed.insert(name);
-  CHECK(in_header.size() >= 28);
-  CHECK(in_header == listed);
-
-  // Every node name recorded with a string literal by the core (core/, expr/, ops/, autograd/; the
-  // nn and moe layers have their own suites) is in the coverage list.
-  const std::regex rec(R"((?:record|push)\(\s*"(\w+)\")");
-  std::set<std::string> literal_names;
-  for (const char* dir : {"core", "expr", "ops", "autograd"})
-    for (const auto& entry : std::filesystem::directory_iterator(std::string(TTMOE_SOURCE_DIR) + "/include/ttmoe/" + dir)) {
-      const std::string src = read_file(entry.path().string());
-      for (std::sregex_iterator it(src.begin(), src.end(), rec), end; it != end; ++it) literal_names.insert((*it)[1]);
-    }
-  CHECK(literal_names.size() >= 15);
-  for (const auto& n : literal_names) {
-    INFO("op records node '" << n << "' which the coverage list lacks");
-    CHECK(kNodeNames.count(n) == 1);
-  }
 }
 
 // ---- self-tests of the harness ------------------------------------------------------------------------
