@@ -20,6 +20,7 @@ struct Options {
   std::optional<std::string> imagenet_c, imagenet_r, imagenet_sketch, imagenet_a, imagenet_val, imagenet_classes;
   std::string setting = "classical";
   std::string method = "all";
+  std::string normalize = "auto";   ///< full scale: auto (from the checkpoint layout) | imagenet | half
   std::vector<std::uint64_t> seeds{42, 4242, 424242};
   int batch_size = 64;
   std::size_t limit = 0;            ///< images per domain (0 = all; the embedded default uses 250)
@@ -40,11 +41,16 @@ EATA, SAR and MoETTA on a mixed stream of corrupted / sketch / inverted Fashion-
 
   --checkpoint FILE        ViT-B/16 safetensors (timm or torchvision names, auto-detected): full scale
   --imagenet-c DIR         ImageNet-C root (DIR/<corruption>/<severity>/<wnid>/*.JPEG)
-  --imagenet-r DIR         ImageNet-R class folders (potpourri, potpourri+)
-  --imagenet-sketch DIR    ImageNet-Sketch class folders (potpourri, potpourri+)
-  --imagenet-a DIR         ImageNet-A class folders (potpourri, potpourri+)
-  --imagenet-val DIR       ImageNet validation class folders (potpourri+)
+  --imagenet-r DIR         ImageNet-R class folders (potpourri, potpourri+; optional, warned if absent)
+  --imagenet-sketch DIR    ImageNet-Sketch class folders (potpourri, potpourri+; optional, warned if absent)
+  --imagenet-a DIR         ImageNet-A class folders (potpourri, potpourri+; optional, warned if absent)
+                           (potpourri needs at least one of -r / -sketch / -a)
+  --imagenet-val DIR       ImageNet validation class folders (required by potpourri+; with any
+                           setting, EATA's Fisher comes from 2000 of its images)
   --imagenet-classes FILE  the 1000 wnids in index order, one per line (else taken from -val / -c)
+  --normalize N            auto | imagenet | half: input mean/std of the checkpoint (default auto:
+                           half = 0.5/0.5 for timm key names (augreg ViT-B/16), imagenet =
+                           mean (0.485, 0.456, 0.406) / std (0.229, 0.224, 0.225) for torchvision's)
   --setting S              classical | potpourri | potpourri+        (default classical)
   --method M               all | noadapt | tent | eata | sar | moetta (default all)
   --seeds LIST             comma-separated stream seeds               (default 42,4242,424242)
@@ -93,6 +99,7 @@ inline Options parse_args(int argc, char** argv) {
     else if (auto it = paths.find(a); it != paths.end()) *it->second = need();
     else if (a == "--setting") o.setting = need();
     else if (a == "--method") o.method = need();
+    else if (a == "--normalize") o.normalize = need();
     else if (a == "--out") o.out_dir = need();
     else if (a == "--batch-size") o.batch_size = int(to_int(a, need()));
     else if (a == "--limit") o.limit = std::size_t(to_int(a, need()));
@@ -108,6 +115,8 @@ inline Options parse_args(int argc, char** argv) {
   }
   if (o.batch_size <= 0) throw std::invalid_argument("--batch-size must be positive");
   if (o.severity < 1 || o.severity > 5) throw std::invalid_argument("--severity must be 1..5");
+  if (o.normalize != "auto" && o.normalize != "imagenet" && o.normalize != "half")
+    throw std::invalid_argument("--normalize: unknown value '" + o.normalize + "' (auto, imagenet, half)");
   if (o.method != "all" && o.method != "noadapt" && o.method != "tent" && o.method != "eata" && o.method != "sar" &&
       o.method != "moetta")
     throw std::invalid_argument("--method: unknown method '" + o.method + "' (all, noadapt, tent, eata, sar, moetta)");

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -120,18 +121,31 @@ inline MeanStd mean_std(const std::vector<double>& v) {
 /// Every report of a run, by method then seed order.
 using Results = std::map<std::string, std::vector<tta::Report>>;
 
-/// The summary table: method | accuracy mean +- std | images/s | time (mean over seeds).
+/// The summary table: method | accuracy mean +- std | images/s | time (mean over seeds) | peak memory
+/// (the largest of the seeds' per-run peaks, MiB; see tta::Report::peak_rss_kib). When the kernel did
+/// not let the engine reset the peak before a run, a note under the table says the figures are
+/// cumulative over the process.
 inline std::string summary_table(const std::vector<std::string>& methods, const Results& res, std::size_t seeds) {
-  std::string s = fmt::format("| {:<9} | {:>21} | {:>9} | {:>10} |\n", "method",
-                              fmt::format("accuracy % ({} seeds)", seeds), "images/s", "time (s)");
-  s += "|-----------|-----------------------|-----------|------------|\n";
+  std::string s = fmt::format("| {:<9} | {:>21} | {:>9} | {:>10} | {:>13} |\n", "method",
+                              fmt::format("accuracy % ({} seeds)", seeds), "images/s", "time (s)", "peak RSS (MiB)");
+  s += "|-----------|-----------------------|-----------|------------|----------------|\n";
+  bool cumulative = false;
   for (const auto& m : methods) {
     std::vector<double> acc, ips, sec;
-    for (const auto& r : res.at(m)) acc.push_back(100 * r.accuracy), ips.push_back(r.images_per_second), sec.push_back(r.seconds);
+    std::int64_t peak = -1;
+    for (const auto& r : res.at(m)) {
+      acc.push_back(100 * r.accuracy), ips.push_back(r.images_per_second), sec.push_back(r.seconds);
+      peak = std::max(peak, r.peak_rss_kib);
+      cumulative |= !r.peak_rss_per_run;
+    }
     const auto a = mean_std(acc);
-    s += fmt::format("| {:<9} | {:>13.2f} +- {:<4.2f} | {:>9.1f} | {:>10.1f} |\n", display_name(m), a.mean, a.std,
-                     mean_std(ips).mean, mean_std(sec).mean);
+    const std::string peak_s = peak < 0 ? std::string("n/a") : fmt::format("{:.0f}", double(peak) / 1024.0);
+    s += fmt::format("| {:<9} | {:>13.2f} +- {:<4.2f} | {:>9.1f} | {:>10.1f} | {:>14} |\n", display_name(m), a.mean, a.std,
+                     mean_std(ips).mean, mean_std(sec).mean, peak_s);
   }
+  if (cumulative)
+    s += "note: the peak-memory high-water mark could not be reset (/proc/self/clear_refs), so peak RSS is the\n"
+         "      process's peak up to the end of each run, including the runs before it.\n";
   return s;
 }
 

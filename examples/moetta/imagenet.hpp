@@ -1,11 +1,14 @@
 #pragma once
 // Full scale: ViT-B/16 from a timm or torchvision safetensors checkpoint on ImageNet-C (+ R, Sketch,
-// A, val), the classical / potpourri / potpourri+ streams, printed as the paper's Table-1 row.
+// A, val), the classical / potpourri / potpourri+ streams (io::setting_domains decides which folders
+// each needs), normalised per checkpoint (--normalize), printed as the paper's Table-1 row.
 
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ttmoe/io/checkpoint.hpp>
@@ -18,11 +21,31 @@
 
 namespace moetta_example {
 
-/// timm or torchvision key names, decided by which class-token key the file has.
-inline io::NameMap detect_names(const io::SafetensorsFile& f) {
-  if (f.contains("cls_token")) return io::timm_names();
-  if (f.contains("class_token")) return io::torchvision_vit_names();
+/// The key-name layout of a ViT-B/16 safetensors checkpoint.
+enum class CheckpointLayout { timm, torchvision };
+
+/// timm or torchvision, decided by which class-token key the file has.
+inline CheckpointLayout detect_layout(const io::SafetensorsFile& f) {
+  if (f.contains("cls_token")) return CheckpointLayout::timm;
+  if (f.contains("class_token")) return CheckpointLayout::torchvision;
   throw std::runtime_error(f.path() + ": neither a timm (cls_token) nor a torchvision (class_token) ViT checkpoint");
+}
+
+/// timm or torchvision key names, by the checkpoint's layout.
+inline io::NameMap detect_names(const io::SafetensorsFile& f) {
+  return detect_layout(f) == CheckpointLayout::timm ? io::timm_names() : io::torchvision_vit_names();
+}
+
+/// The input normalisation for `layout` under --normalize `choice` (auto | imagenet | half), and why.
+/// auto: timm key names -> mean = std = 0.5 (the augreg ViT-B/16 the paper uses; a DeiT-style timm
+/// checkpoint trained with ImageNet statistics needs --normalize imagenet), torchvision -> the ImageNet
+/// statistics its vit_b_16 weights were trained with.
+inline std::pair<io::Normalization, std::string> choose_normalization(CheckpointLayout layout, const std::string& choice) {
+  const std::string kind = layout == CheckpointLayout::timm ? "timm key names" : "torchvision vit_b_16 key names";
+  if (choice != "auto") return {io::normalization_by_name(choice), "--normalize " + choice + ", checkpoint has " + kind};
+  if (layout == CheckpointLayout::timm)
+    return {io::half_normalization(), "auto: " + kind + " (augreg ViT-B/16); --normalize imagenet overrides"};
+  return {io::imagenet_normalization(), "auto: " + kind + "; --normalize half overrides"};
 }
 
 /// A fresh ViT-B/16 with the checkpoint's weights.
@@ -38,62 +61,86 @@ inline Model load_vit_b16(const std::filesystem::path& path) {
 inline int run_imagenet(const Options& o) {
   if (!std::filesystem::exists(*o.checkpoint))  // fail before the (slow) folder scans
     throw std::runtime_error("--checkpoint: file " + *o.checkpoint + " does not exist");
-  if (!o.imagenet_c) throw std::runtime_error("--checkpoint needs --imagenet-c DIR");
   const auto setting = io::parse_setting(o.setting);
   const auto methods = selected_methods(o);
+  const auto chosen = [&] {
+    io::SafetensorsFile f(*o.checkpoint);
+    return choose_normalization(detect_layout(f), o.normalize);
+  }();
+  const io::Normalization& norm = chosen.first;
+  fmt::print("normalisation: {} ({})\n", norm.describe(), chosen.second);
+  // The setting's domains from the folders given (essential ones missing: an error; optional ones
+  // missing: a warning on stderr).
+  io::SettingFolders folders;
+  auto as_path = [](const std::optional<std::string>& s) -> std::optional<std::filesystem::path> {
+    if (!s) return std::nullopt;
+    return std::filesystem::path(*s);
+  };
+  folders.imagenet_c = as_path(o.imagenet_c);
+  folders.imagenet_r = as_path(o.imagenet_r);
+  folders.imagenet_sketch = as_path(o.imagenet_sketch);
+  folders.imagenet_a = as_path(o.imagenet_a);
+  folders.imagenet_val = as_path(o.imagenet_val);
+  std::vector<std::string> corr;
+  for (auto c : all_corruptions) corr.emplace_back(corruption_name(c));
+  const auto plan = io::setting_domains(setting, folders, corr, o.severity);
+  for (const auto& w : plan.warnings) fmt::print(stderr, "warning: {}\n", w);
   // Domains: files table + per-domain preprocessing.
   std::vector<std::filesystem::path> files;
   std::vector<io::DomainItems> domains;
   std::vector<int> domain_is_c;
-  auto add = [&](const std::string& name, const io::ClassFolderDataset& ds, bool is_c) {
-    io::DomainItems d{name, {}};
+  std::optional<std::vector<std::string>> classes;  // the 1000 wnids, resolved on first need
+  std::optional<io::ClassFolderDataset> val;         // the validation set, scanned once
+  auto scan_val = [&]() -> const io::ClassFolderDataset& {
+    if (!val) val = io::scan_class_folders(*o.imagenet_val, {}, "--imagenet-val");
+    return *val;
+  };
+  for (const auto& spec : plan.domains) {
+    const std::string what = spec.kind == io::DomainKind::corruption ? "--imagenet-c " + spec.name : "--" + spec.name;
+    io::ClassFolderDataset ds;
+    if (spec.kind == io::DomainKind::clean) {
+      ds = scan_val();
+    } else if (io::needs_class_list(spec.kind)) {
+      if (!classes) {
+        io::ClassListSources src;
+        if (o.imagenet_classes) src.classes_file = *o.imagenet_classes;
+        if (o.imagenet_val) src.full_class_dirs.push_back(*o.imagenet_val);
+        src.full_class_dirs.push_back(plan.domains.front().folder);  // an ImageNet-C corruption: 1000 folders
+        classes = io::imagenet_class_list(src);
+      }
+      ds = io::scan_class_folders(spec.folder, *classes, what);
+    } else {
+      ds = io::scan_class_folders(spec.folder, {}, what);
+    }
+    io::DomainItems d{spec.name, {}};
     for (const auto& f : ds.files) {
       d.items.push_back({files.size(), f.label, 0});
       files.push_back(f.path);
     }
     d.items = io::subsample(d.items, o.limit, 7 + domains.size());  // same subset for every seed
     domains.push_back(std::move(d));
-    domain_is_c.push_back(is_c);
-  };
-  std::vector<std::string> corr;
-  for (auto c : all_corruptions) corr.emplace_back(corruption_name(c));
-  corr = io::discover_imagenet_c(*o.imagenet_c, o.severity, corr);
-  for (const auto& c : corr)
-    add(c, io::scan_class_folders(io::imagenet_c_folder(*o.imagenet_c, c, o.severity), {}, "--imagenet-c " + c), true);
-  if (setting != io::Setting::classical) {
-    if (!o.imagenet_r || !o.imagenet_sketch || !o.imagenet_a)
-      throw std::runtime_error("--setting " + o.setting + " needs --imagenet-r, --imagenet-sketch and --imagenet-a");
-    io::ClassListSources src;
-    if (o.imagenet_classes) src.classes_file = *o.imagenet_classes;
-    if (o.imagenet_val) src.full_class_dirs.push_back(*o.imagenet_val);
-    src.full_class_dirs.push_back(io::imagenet_c_folder(*o.imagenet_c, corr.front(), o.severity));
-    const auto classes = io::imagenet_class_list(src);
-    add("imagenet-r", io::scan_class_folders(*o.imagenet_r, classes, "--imagenet-r"), false);
-    add("imagenet-sketch", io::scan_class_folders(*o.imagenet_sketch, classes, "--imagenet-sketch"), false);
-    add("imagenet-a", io::scan_class_folders(*o.imagenet_a, classes, "--imagenet-a"), false);
+    domain_is_c.push_back(spec.kind == io::DomainKind::corruption);
   }
   std::vector<Images> fisher;
-  if (setting == io::Setting::potpourri_plus || o.imagenet_val) {
-    if (!o.imagenet_val) throw std::runtime_error("--setting potpourri+ needs --imagenet-val");
-    const auto val = io::scan_class_folders(*o.imagenet_val, {}, "--imagenet-val");
-    if (setting == io::Setting::potpourri_plus) add("imagenet-val", val, false);
+  if (o.imagenet_val) {
     // EATA's Fisher: 2000 clean validation images (a fixed random subset).
+    const auto& v = scan_val();
     std::vector<io::StreamItem> all;
-    for (std::size_t i = 0; i < val.files.size(); ++i) all.push_back({i, val.files[i].label, 0});
+    for (std::size_t i = 0; i < v.files.size(); ++i) all.push_back({i, v.files[i].label, 0});
     const auto pick = io::subsample(all, 2000, 99);
-    const auto pre = io::imagenet_preprocess();
+    const auto pre = io::imagenet_preprocess(norm);
     for (std::size_t b0 = 0; b0 < pick.size(); b0 += std::size_t(o.batch_size)) {
       const std::size_t n = std::min(pick.size() - b0, std::size_t(o.batch_size));
       Images x(DynShape<4>(index_t(n), 3, 224, 224));
       for (std::size_t k = 0; k < n; ++k)
-        io::load_preprocessed(val.files[pick[b0 + k].ref].path, pre,
+        io::load_preprocessed(v.files[pick[b0 + k].ref].path, pre,
                               std::span<float>(x.data() + k * pre.image_floats(), pre.image_floats()));
       fisher.push_back(x);
     }
   } else if (std::find(methods.begin(), methods.end(), "eata") != methods.end()) {
     fmt::print(stderr, "note: no --imagenet-val: EATA runs without its Fisher regulariser (ETA)\n");
   }
-  const auto pre_c = io::imagenet_c_preprocess(), pre_n = io::imagenet_preprocess();
+  const auto pre_c = io::imagenet_c_preprocess(norm), pre_n = io::imagenet_preprocess(norm);
   const Geometry geo{3, 224, 224};
   auto fill = [&](const io::StreamItem& it, float* out) {
     io::load_preprocessed(files[it.ref], domain_is_c[std::size_t(it.domain)] ? pre_c : pre_n,

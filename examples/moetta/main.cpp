@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
     if (o.checkpoint) return run_imagenet(o);
     if (o.imagenet_c || o.imagenet_r || o.imagenet_a || o.imagenet_sketch || o.imagenet_val)
       throw std::runtime_error("ImageNet folders given without --checkpoint (the ViT-B/16 safetensors file)");
+    if (o.normalize != "auto")
+      throw std::runtime_error("--normalize applies to --checkpoint runs (the embedded model has its own statistics)");
     return run_fashion(o);
   } catch (const std::exception& e) {
     std::fflush(stdout);

@@ -1,8 +1,10 @@
 // Class-folder scanning, wnid -> ImageNet index mapping (R/A through the 1000-class list),
-// ImageNet-C layout discovery and the decode + preprocess step, on folder trees written here.
+// ImageNet-C layout discovery and the decode + preprocess step (with the per-checkpoint normalisation
+// presets), on folder trees written here.
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -131,4 +133,38 @@ TEST_CASE("preprocess: resize shorter side + centre crop + per-channel normalisa
   std::vector<float> o2(too_big.image_floats());
   CHECK_THROWS_WITH(load_preprocessed(p, too_big, o2), Catch::Contains("smaller than"));
   CHECK_THROWS_AS(load_preprocessed(t.path / "missing.png", pre, out), ImageError);
+}
+
+TEST_CASE("normalisation per checkpoint: half (timm augreg) and ImageNet statistics (torchvision)", "[data]") {
+  const auto half = half_normalization(), inet = imagenet_normalization();
+  CHECK(half.name == "half");
+  CHECK(inet.name == "imagenet");
+  CHECK(half.mean == std::array<float, 3>{0.5f, 0.5f, 0.5f});
+  CHECK(half.std == std::array<float, 3>{0.5f, 0.5f, 0.5f});
+  // torchvision's published ImageNet statistics.
+  CHECK(inet.mean == std::array<float, 3>{0.485f, 0.456f, 0.406f});
+  CHECK(inet.std == std::array<float, 3>{0.229f, 0.224f, 0.225f});
+  CHECK(normalization_by_name("imagenet").mean == inet.mean);
+  CHECK(normalization_by_name("half").std == half.std);
+  CHECK_THROWS_WITH(normalization_by_name("auto"), Catch::Contains("half") && Catch::Contains("imagenet"));
+  CHECK_THAT(inet.describe(), Catch::Contains("0.485") && Catch::Contains("0.225"));
+  // The statistics reach the pixels: a flat (1, 0.5, 0) image through both presets.
+  TempDir t;
+  const auto p = t.path / "flat.png";
+  Image im = make_image(12, 12, 3, 0.0f);
+  for (int y = 0; y < 12; ++y)
+    for (int x = 0; x < 12; ++x) im.at(y, x, 0) = 1.0f, im.at(y, x, 1) = 0.5f, im.at(y, x, 2) = 0.0f;
+  save_png(im, p);
+  auto pre_i = imagenet_preprocess(inet), pre_h = imagenet_c_preprocess(half);
+  CHECK(pre_i.resize_shorter == 256);
+  CHECK(pre_h.resize_shorter == 0);
+  pre_i.resize_shorter = pre_h.resize_shorter = 0, pre_i.crop = pre_h.crop = 8;  // keep the test image small
+  std::vector<float> oi(pre_i.image_floats()), oh(pre_h.image_floats());
+  load_preprocessed(p, pre_i, oi);
+  load_preprocessed(p, pre_h, oh);
+  CHECK(oi[0] == Approx((1.0 - 0.485) / 0.229).epsilon(1e-5));
+  CHECK(oi[64] == Approx((0.5 - 0.456) / 0.224).margin(0.02));  // 0.5 stored as 8 bits
+  CHECK(oi[128] == Approx((0.0 - 0.406) / 0.225).epsilon(1e-5));
+  CHECK(oh[0] == Approx(1.0));
+  CHECK(oh[128] == Approx(-1.0));
 }

@@ -2,8 +2,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/mman.h>
+
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <utility>
 
 #include "toy_model.hpp"
 #include "ttmoe/models/vit.hpp"
@@ -353,4 +357,127 @@ TEST_CASE("tta: every method runs a float ViT stream through the engine with def
   tta::MoETTA<FViT> moetta;
   check(moetta);
   CHECK(moetta.trainable().params().size() == 4 * 4);  // 5 LNs, index 0 plain
+}
+
+TEST_CASE("tta: MoETTA's first MoE-LayerNorm index follows the depth, the option overrides it", "[unit]") {
+  // The facts' table: ViT-B/16 (12 blocks) keeps index 0 plain, ViT-L/16 (24 blocks) indices 0-14.
+  CHECK(tta::default_first_moe_index(12) == 1);
+  CHECK(tta::default_first_moe_index(24) == 15);
+  CHECK(tta::default_first_moe_index(2) == 1);
+  CHECK(tta::default_first_moe_index(6) == 1);
+  // Small ViTs of those depths (narrow, so cheap): the conversion really uses the depth's default.
+  auto vit_of_depth = [](index_t depth) { return ViT(models::vit_test_tiny(8, 4, 8, depth, 2, 16, 4), 5); };
+  auto plain_and_moe = [](const ViT& m) {
+    bool seen_moe = false;
+    index_t first_moe = m.num_layernorms(), count = 0;  // num_layernorms(): none is MoE
+    for (index_t k = 0; k < m.num_layernorms(); ++k)
+      if (m.layernorm(k).is_moe()) {
+        if (!seen_moe) first_moe = k, seen_moe = true;
+        ++count;
+      } else {
+        CHECK_FALSE(seen_moe);  // plain LayerNorms only before the first MoE one
+      }
+    return std::pair<index_t, index_t>{first_moe, count};
+  };
+  tta::MoETTA<ViT, double>::Options o;
+  o.num_experts = 2;
+  {
+    ViT m = vit_of_depth(24);
+    tta::MoETTA<ViT, double> moetta(o);
+    moetta.prepare(m);
+    CHECK(moetta.first_moe_index(m) == 15);
+    const auto [first, n] = plain_and_moe(m);
+    CHECK(first == 15);  // blocks.7.norm2
+    CHECK(m.layernorm_name(first) == "blocks.7.norm2");
+    CHECK(n == 49 - 15);
+  }
+  {
+    ViT m = vit_of_depth(12);
+    tta::MoETTA<ViT, double> moetta(o);
+    moetta.prepare(m);
+    const auto [first, n] = plain_and_moe(m);
+    CHECK(first == 1);
+    CHECK(n == 24);  // the facts: the other 24, including the final norm
+  }
+  {
+    ViT m = vit_of_depth(24);
+    tta::MoETTA<ViT, double>::Options over = o;
+    over.first_moe_index = 3;
+    tta::MoETTA<ViT, double> moetta(over);
+    moetta.prepare(m);
+    CHECK(moetta.first_moe_index(m) == 3);
+    const auto [first, n] = plain_and_moe(m);
+    CHECK(first == 3);
+    CHECK(n == 49 - 3);
+  }
+  {
+    ViT m = vit_of_depth(12);
+    tta::MoETTA<ViT, double>::Options over = o;
+    over.first_moe_index = 0;  // an explicit 0 is honoured, not mistaken for "unset"
+    tta::MoETTA<ViT, double> moetta(over);
+    moetta.prepare(m);
+    CHECK(plain_and_moe(m) == std::pair<index_t, index_t>{0, 25});
+  }
+}
+
+namespace {
+
+constexpr std::size_t kMiB = std::size_t(1) << 20;
+
+/// Maps `bytes` of fresh anonymous memory, writes every page (so it is resident) and unmaps it:
+/// raises VmHWM by about `bytes` and leaves VmRSS where it was.
+void touch_and_release(std::size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  std::memset(p, 1, bytes);
+  volatile char sink = static_cast<char*>(p)[bytes / 2];
+  (void)sink;
+  munmap(p, bytes);
+}
+
+/// NoAdapt that also touches `bytes` of memory in every step: a method with a known transient peak.
+struct MemoryHungry {
+  std::size_t bytes;
+  tta::StepInfo info;
+  std::string name() const { return "hungry"; }
+  Tensor<double, DynShape<2>> adapt_and_predict(Toy& m, const Images& x) {
+    touch_and_release(bytes);
+    autograd::NoGrad ng;
+    return m.forward(x);
+  }
+  const tta::StepInfo& last_step() const { return info; }
+};
+
+}  // namespace
+
+TEST_CASE("tta: peak RSS is reset per run, so a run does not report an earlier run's peak", "[unit]") {
+  const bool resettable = tta::reset_peak_rss();
+  touch_and_release(160 * kMiB);  // an "earlier method" with a large peak
+  const std::int64_t earlier_peak = tta::peak_rss_kib();
+  REQUIRE(earlier_peak > 0);
+  CHECK(tta::current_rss_kib() > 0);
+  CHECK(earlier_peak >= tta::current_rss_kib() + std::int64_t(150 * kMiB / 1024));
+  Toy m(18, 5, 9);
+  MemoryHungry hungry{48 * kMiB, {}};
+  std::vector<tta::Batch<double>> bs{{random_images(4, 2, 3, 1), {0, 1, 2, 3}, {}},
+                                     {random_images(4, 2, 3, 2), {0, 1, 2, 3}, {}}};
+  auto rep = tta::run(m, hungry, tta::from_vector(bs));
+  REQUIRE(rep.batches == 2);
+  CHECK(rep.start_rss_kib > 0);
+  // The run's own transient 48 MiB is in its peak ...
+  CHECK(rep.peak_rss_kib >= rep.start_rss_kib + std::int64_t(40 * kMiB / 1024));
+  if (resettable) {
+    // ... and the earlier 160 MiB is not.
+    CHECK(rep.peak_rss_per_run);
+    CHECK(rep.peak_rss_kib < earlier_peak - std::int64_t(80 * kMiB / 1024));
+    // The reset itself: a fresh high-water mark sits near the current RSS.
+    touch_and_release(64 * kMiB);
+    const std::int64_t before = tta::peak_rss_kib();
+    REQUIRE(tta::reset_peak_rss());
+    CHECK(tta::peak_rss_kib() < before - std::int64_t(48 * kMiB / 1024));
+  } else {
+    WARN("/proc/self/clear_refs not writable here: the peak stays process-wide");
+    CHECK_FALSE(rep.peak_rss_per_run);
+    CHECK(rep.peak_rss_kib >= earlier_peak);
+  }
 }

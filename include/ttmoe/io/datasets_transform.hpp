@@ -2,9 +2,12 @@
 // Evaluation preprocessing: decode (stb, via io/image.hpp), resize the shorter side, centre crop,
 // normalise per channel into the planar CHW layout a model consumes. One struct describes the
 // pipeline so the full-scale example can switch between ImageNet (resize 256 + crop 224) and
-// ImageNet-C (already 224: crop only) per domain. Needs stb linked (see image.hpp).
+// ImageNet-C (already 224: crop only) per domain. The per-channel statistics belong to the checkpoint
+// (Normalization: mean = std = 0.5 for timm's augreg ViTs, the ImageNet statistics for torchvision's
+// vit_b_16); the caller picks them. Needs stb linked (see image.hpp).
 
 #include <array>
+#include <cstdio>
 #include <filesystem>
 #include <span>
 #include <stdexcept>
@@ -25,6 +28,44 @@ struct Preprocess {
   std::size_t image_floats() const { return std::size_t(channels) * std::size_t(crop) * std::size_t(crop); }
 };
 
+/// Per-channel input statistics a checkpoint was trained with: x = (pixel - mean) / std, pixels in [0, 1].
+struct Normalization {
+  std::string name;  ///< "half" or "imagenet" (what --normalize accepts)
+  std::array<float, 3> mean{0.5f, 0.5f, 0.5f};
+  std::array<float, 3> std{0.5f, 0.5f, 0.5f};
+  /// A one-line human description ("mean = std = 0.5", "ImageNet mean (...) / std (...)").
+  std::string describe() const {
+    if (name == "half") return "mean = std = (0.5, 0.5, 0.5)";
+    return "ImageNet mean (" + fmt3(mean) + ") / std (" + fmt3(std) + ")";
+  }
+
+ private:
+  static std::string fmt3(const std::array<float, 3>& v) {
+    std::string s;
+    for (std::size_t i = 0; i < 3; ++i) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%s%.3f", i ? ", " : "", double(v[i]));
+      s += b;
+    }
+    return s;
+  }
+};
+
+/// mean = std = 0.5 per channel: timm's augreg ViT checkpoints (vit_base_patch16_224.augreg*), the
+/// MoETTA paper's model.
+inline Normalization half_normalization() { return {"half", {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}}; }
+/// The ImageNet statistics mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225): torchvision's
+/// vit_b_16 weights (and DeiT-style timm checkpoints).
+inline Normalization imagenet_normalization() {
+  return {"imagenet", {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+}
+/// "half" or "imagenet" -> the statistics; anything else is std::invalid_argument listing the choices.
+inline Normalization normalization_by_name(const std::string& name) {
+  if (name == "half") return half_normalization();
+  if (name == "imagenet") return imagenet_normalization();
+  throw std::invalid_argument("unknown normalisation '" + name + "' (half or imagenet)");
+}
+
 /// ImageNet val / R / Sketch / A: resize shorter side to 256, centre crop 224.
 inline Preprocess imagenet_preprocess(std::array<float, 3> mean = {0.5f, 0.5f, 0.5f},
                                       std::array<float, 3> std = {0.5f, 0.5f, 0.5f}) {
@@ -35,6 +76,10 @@ inline Preprocess imagenet_c_preprocess(std::array<float, 3> mean = {0.5f, 0.5f,
                                         std::array<float, 3> std = {0.5f, 0.5f, 0.5f}) {
   return Preprocess{0, 224, 3, mean, std};
 }
+/// imagenet_preprocess with the statistics of `n`.
+inline Preprocess imagenet_preprocess(const Normalization& n) { return imagenet_preprocess(n.mean, n.std); }
+/// imagenet_c_preprocess with the statistics of `n`.
+inline Preprocess imagenet_c_preprocess(const Normalization& n) { return imagenet_c_preprocess(n.mean, n.std); }
 
 /// (pixel - mean[c]) / std[c] in planar CHW order into `out` (channels * H * W floats); any channel
 /// count 1..3, unlike to_chw_normalized, because the embedded Fashion-MNIST model is gray.

@@ -50,7 +50,9 @@ BatchSource<T, D> from_vector(std::vector<Batch<T, D>> batches) {
 
 /// Runs `method` over the stream `next` on `model`. The accuracy of batch t is that of the logits
 /// adapt_and_predict returned, i.e. the model before batch t's update. `progress` (optional) is
-/// called after every batch.
+/// called after every batch. Peak memory: the device's unused cached blocks are released and the
+/// process's VmHWM reset when the run starts, so Report::peak_rss_kib is this run's own peak
+/// (Report::peak_rss_per_run says whether the reset worked; if not, it is the process-wide peak).
 template <class T, class D, class Model, class M>
   requires Method<M, Model, T, D>
 Report run(Model& model, M& method, const BatchSource<T, D>& next,
@@ -58,6 +60,11 @@ Report run(Model& model, M& method, const BatchSource<T, D>& next,
   using clock = std::chrono::steady_clock;
   Report rep;
   rep.method = method.name();
+  // Peak memory of this run alone: give cached, unused pool blocks back (an earlier run's cache would
+  // otherwise count as this run's), then reset VmHWM to the current RSS.
+  if constexpr (requires { D::empty_cache(); }) D::empty_cache();
+  rep.peak_rss_per_run = reset_peak_rss();
+  rep.start_rss_kib = current_rss_kib();
   AccuracyMeter meter;
   const auto start = clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - start).count(); };

@@ -1,6 +1,7 @@
 #pragma once
 // Stream metrics of an online TTA run: cumulative top-1 accuracy (overall, per domain, and after
-// every batch for plots), throughput, skipped batches and peak resident memory.
+// every batch for plots), throughput, skipped batches and peak resident memory (per run where the
+// kernel lets the peak be reset, see reset_peak_rss).
 
 #include <cmath>
 #include <cstdint>
@@ -73,13 +74,35 @@ class AccuracyMeter {
   std::vector<double> trace_;
 };
 
-/// Peak resident set size of this process in KiB (VmHWM of /proc/self/status); -1 where unavailable.
-inline std::int64_t peak_rss_kib() {
+/// A "Vm...:" field of /proc/self/status in KiB ("VmHWM", "VmRSS"); -1 where unavailable.
+inline std::int64_t proc_status_kib(const std::string& field) {
   std::ifstream f("/proc/self/status");
   std::string line;
+  const std::string key = field + ":";
   while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));  // "VmHWM:   123456 kB"
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(key.size()));  // "VmHWM:   123456 kB"
   return -1;
+}
+
+/// Peak resident set size of this process in KiB (VmHWM of /proc/self/status): since the process
+/// started, or since the last successful reset_peak_rss(); -1 where unavailable.
+inline std::int64_t peak_rss_kib() { return proc_status_kib("VmHWM"); }
+
+/// Current resident set size of this process in KiB (VmRSS); -1 where unavailable.
+inline std::int64_t current_rss_kib() { return proc_status_kib("VmRSS"); }
+
+/// Resets the peak resident set size (VmHWM) to the current RSS, so that a later peak_rss_kib()
+/// measures only what happened after this call. Linux (since 4.0): writing "5" to
+/// /proc/self/clear_refs. Returns false where that is impossible (not Linux, /proc not mounted or
+/// read-only, an older kernel rejecting the value); VmHWM then stays the process-wide peak.
+inline bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  if (!f) return false;
+  f.close();
+  return !f.fail();
 }
 
 /// Everything a run reports.
@@ -92,7 +115,11 @@ struct Report {
   std::int64_t skipped_batches = 0;        ///< batches whose loss was not finite (no update applied)
   std::int64_t resets = 0;                 ///< model resets performed by the method (SAR)
   double seconds = 0, images_per_second = 0;
-  std::int64_t peak_rss_kib = -1;          ///< VmHWM at the end of the run
+  std::int64_t peak_rss_kib = -1;          ///< VmHWM at the end of the run (see peak_rss_per_run)
+  std::int64_t start_rss_kib = -1;         ///< VmRSS when the run started (model, buffers already held)
+  /// True when VmHWM was reset at the start of the run, so peak_rss_kib is this run's own peak
+  /// (including what the process already held at its start); false: the process-wide peak so far.
+  bool peak_rss_per_run = false;
 };
 
 }  // namespace ttmoe::tta

@@ -1,8 +1,9 @@
 #pragma once
 // MoETTA (AAAI 2026) as the authors' code runs it (IMPLEMENTATION_FACTS.md, MoETTA section):
-//  * the model's LayerNorms with index >= first_moe_index (default 1: blocks.0.norm1 stays plain)
-//    become MoE-LayerNorms with E experts (default 9, the code's value; the paper says 11 for
-//    potpourri); only routers and expert deltas are trainable;
+//  * the model's LayerNorms with index >= first_moe_index become MoE-LayerNorms (the default depends
+//    on the depth, see default_first_moe_index: ViT-B/16 keeps blocks.0.norm1 plain, ViT-L/16
+//    indices 0-14) with E experts (default 9, the code's value; the paper says 11 for potpourri);
+//    only routers and expert deltas are trainable;
 //  * per batch t: H over all C logits; H̄_t = batch mean; m_t = mean(H̄_1..H̄_t) INCLUDING batch t
 //    (Algorithm 1 appends H̄_t before rescaling, and threshold_t = threshold_{t-1} * m_t / m_{t-1}
 //    with threshold_1 = H̄_1 telescopes to m_t); threshold_t = m_t; alpha_t = lambda * m_t
@@ -52,13 +53,41 @@ class EntropyRunningMean {
   std::int64_t count_ = 0;
 };
 
+/// The default first MoE-LayerNorm index (LayerNorms are counted in module order: blocks.i.norm1 = 2i,
+/// blocks.i.norm2 = 2i+1, the final norm = 2*depth; those below the index stay plain and frozen) for
+/// a ViT with `depth` blocks, as the authors' code chooses it:
+///
+///   | depth | model       | first MoE index | plain LayerNorms                      |
+///   |-------|-------------|-----------------|---------------------------------------|
+///   | 12    | ViT-B/16    | 1               | blocks.0.norm1                        |
+///   | 24    | ViT-L/16    | 15              | blocks.0.norm1 .. blocks.7.norm1 (15) |
+///   | other | any         | 1               | blocks.0.norm1                        |
+///
+/// The paper gives no rule for other depths (its Fig. 5 only shows that freezing a few shallow
+/// LayerNorms beats replacing all of them, on ViT-B/16), so they keep the paper's "all but the first"
+/// default; MoETTA::Options::first_moe_index overrides it.
+inline index_t default_first_moe_index(index_t depth) { return depth == 24 ? 15 : 1; }
+
+/// The default first MoE index for `model`: default_first_moe_index of its depth, read as
+/// (num_layernorms() - 1) / 2 from a model that has num_layernorms() (a ViT: 2 per block + the final
+/// norm); 1 for a model without it.
+template <class Model>
+index_t default_first_moe_index_for(const Model& model) {
+  if constexpr (requires { model.num_layernorms(); })
+    return default_first_moe_index((index_t(model.num_layernorms()) - 1) / 2);
+  else
+    return 1;
+}
+
 /// MoETTA on model type Model.
 template <class Model, class T = float, class D = cpu>
 class MoETTA {
  public:
   struct Options {
     index_t num_experts = 9;
-    index_t first_moe_index = 1;   ///< LayerNorms with a smaller module-order index stay plain
+    /// LayerNorms with a smaller module-order index stay plain; unset: default_first_moe_index of the
+    /// model's depth (1 for ViT-B/16, 15 for ViT-L/16).
+    std::optional<index_t> first_moe_index;
     std::uint64_t router_seed = 0; ///< seed of the routers' Xavier-normal init
     double lambda = 0.2;           ///< alpha_t = lambda * running mean entropy
     double margin_factor = 0.4;    ///< E0 = margin_factor * ln C
@@ -77,7 +106,7 @@ class MoETTA {
   /// routers and experts, snapshots them. Called lazily.
   void prepare(Model& model) {
     if (model.moe_layers().empty())
-      model.convert_to_moe_layernorm(opt_.num_experts, opt_.first_moe_index, opt_.router_seed);
+      model.convert_to_moe_layernorm(opt_.num_experts, first_moe_index(model), opt_.router_seed);
     select_trainable(model, {"*.experts.weight_delta", "*.experts.bias_delta", "*.router.weight", "*.router.bias"});
     set_ = TrainableSet<T, D>(model);
     model_ = &model;
@@ -132,6 +161,10 @@ class MoETTA {
   }
 
   const StepInfo& last_step() const { return last_; }
+  /// The first MoE-LayerNorm index used for `model`: the option when set, else the depth default.
+  index_t first_moe_index(const Model& model) const {
+    return opt_.first_moe_index ? *opt_.first_moe_index : default_first_moe_index_for(model);
+  }
   /// Restores the routers / experts as converted and forgets the entropy statistics (the method
   /// itself never resets during a stream).
   void reset() {
