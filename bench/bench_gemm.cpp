@@ -1,71 +1,80 @@
-// ttmoe::matmul (float) vs OpenBLAS cblas_sgemm, both at the same thread count, in the same run.
-// Sizes: 768^3 and a ViT-B MLP layer, [1576 x 768] @ [768 x 3072]. Repetitions alternate between the
-// two libraries; figures are medians. Threads: $TTMOE_BENCH_THREADS (default 2).
+// ttmoe::matmul (float) vs OpenBLAS cblas_sgemm at the same thread count, in the same run (Google
+// Benchmark; bench/figures.py turns its JSON into bench/report's figures). Sizes: 768^3 and a ViT-B
+// MLP layer, [1576 x 768] @ [768 x 3072]; benchmarks gemm/<size> and openblas/<size>, counter flops.
+// Threads: $TTMOE_BENCH_THREADS for both libraries. `--corename` prints OpenBLAS's kernel set instead.
 // Built three ways by bench/CMakeLists.txt: the default Eigen path with -march=native, the CBLAS path
-// (TTMOE_USE_CBLAS), and the Eigen path compiled for AVX2 only (BENCH_TAG names each).
+// (TTMOE_USE_CBLAS), and the Eigen path compiled for AVX2 only.
 #include <ttmoe/ttmoe.hpp>
 
 #include <cblas.h>
 
+#include <cstdio>
+#include <cstring>
+#include <deque>
 #include <random>
 
-#include "common.hpp"
-
-#ifndef BENCH_TAG
-#define BENCH_TAG ""
-#endif
+#include "gbench.hpp"
 
 extern "C" void openblas_set_num_threads(int);
 extern "C" char* openblas_get_corename();
 
 using namespace ttmoe;
+using Mat = Shape<dyn, dyn>;
 
-static void run(index_t M, index_t K, index_t N, const std::string& label, int reps) {
-  using Mat = Shape<dyn, dyn>;
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> ha(M * K), hb(K * N);
-  for (auto& v : ha) v = u(rng);
-  for (auto& v : hb) v = u(rng);
-  auto a = Tensor<float, Mat>::from_host(Mat(M, K), ha);
-  auto b = Tensor<float, Mat>::from_host(Mat(K, N), hb);
-  std::vector<float> c(M * N, 0.f);
+namespace {
 
-  Tensor<float, Mat> last;
-  std::vector<double> t_ttmoe, t_blas;
-  for (int r = -2; r < reps; ++r) {
-    const double t1 = bench::time_once([&] { last = matmul(a, b); });
-    const double t2 = bench::time_once([&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(N), int(K), 1.f, ha.data(), int(K), hb.data(),
-                  int(N), 0.f, c.data(), int(N));
-    });
-    if (r >= 0) t_ttmoe.push_back(t1), t_blas.push_back(t2);
+/// Operands of one GEMM size, held by both libraries: ttmoe tensors and the same values on the host.
+struct Problem {
+  index_t M, K, N;
+  std::string label;
+  std::vector<float> ha, hb, c;
+  Tensor<float, Mat> a, b, last;
+
+  Problem(index_t m, index_t k, index_t n, std::string l) : M(m), K(k), N(n), label(std::move(l)) {
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    ha.resize(M * K), hb.resize(K * N), c.assign(M * N, 0.f);
+    for (auto& v : ha) v = u(rng);
+    for (auto& v : hb) v = u(rng);
+    a = Tensor<float, Mat>::from_host(Mat(M, K), ha);
+    b = Tensor<float, Mat>::from_host(Mat(K, N), hb);
   }
-  double err = 0, mag = 0;
-  const float* lc = last.data();
-  for (index_t i = 0; i < M * N; ++i) err = std::max(err, double(std::abs(lc[i] - c[i]))), mag = std::max(mag, double(std::abs(c[i])));
-  if (err > 1e-3 * (1 + mag)) {
-    std::fprintf(stderr, "bench_gemm: ttmoe and OpenBLAS disagree at %s (max error %g)\n", label.c_str(), err);
-    std::exit(1);
+  /// ttmoe's product (a new output tensor each call, as a caller of matmul gets it).
+  void run_ttmoe() { last = matmul(a, b); }
+  /// OpenBLAS's product into the preallocated c.
+  void run_openblas() {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(N), int(K), 1.f, ha.data(), int(K), hb.data(),
+                int(N), 0.f, c.data(), int(N));
   }
-  const double flops = 2.0 * double(M) * double(N) * double(K);
-  const double g1 = flops / bench::median(t_ttmoe) / 1e9, g2 = flops / bench::median(t_blas) / 1e9;
-  const std::string tag = BENCH_TAG;
-  bench::figure("gemm" + tag + "_gflops_" + label, g1, "%.1f");
-  bench::figure("openblas" + tag + "_gflops_" + label, g2, "%.1f");
-  bench::figure("gemm" + tag + "_fraction_of_openblas_" + label, g1 / g2);
-}
+  /// True when the two libraries agree (one call each), so no figure times a wrong product.
+  bool agree() {
+    run_ttmoe(), run_openblas();
+    double err = 0, mag = 0;
+    const float* lc = last.data();
+    for (index_t i = 0; i < M * N; ++i) err = std::max(err, double(std::abs(lc[i] - c[i]))), mag = std::max(mag, double(std::abs(c[i])));
+    const bool ok = err <= 1e-3 * (1 + mag);
+    if (!ok) std::fprintf(stderr, "bench_gemm: ttmoe and OpenBLAS disagree at %s (max error %g)\n", label.c_str(), err);
+    return ok;
+  }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "--corename") {  // the kernel set OpenBLAS picked (bench/report)
+  if (argc > 1 && !std::strcmp(argv[1], "--corename")) {  // the kernel set OpenBLAS picked (bench/report)
     std::printf("%s\n", openblas_get_corename());
     return 0;
   }
-  const int threads = bench::env_int("TTMOE_BENCH_THREADS", 2);
-  const int reps = std::max(10, bench::env_int("TTMOE_BENCH_REPS", 15));
-  cpu_backend::set_num_threads(threads);
-  openblas_set_num_threads(threads);
-  run(768, 768, 768, "768", reps);
-  run(1576, 768, 3072, "1576x768x3072", reps);
-  return 0;
+  cpu_backend::set_num_threads(bench::threads());
+  openblas_set_num_threads(bench::threads());
+  std::deque<Problem> problems;  // deque: the registered lambdas keep pointers to its elements
+  problems.emplace_back(768, 768, 768, "768");
+  problems.emplace_back(1576, 768, 3072, "1576x768x3072");
+  for (auto& p : problems) {
+    if (!p.agree()) return 1;
+    const double flops = 2.0 * double(p.M) * double(p.N) * double(p.K);
+    bench::add("gemm/" + p.label, "flops", flops, [&p] { p.run_ttmoe(); });
+    bench::add("openblas/" + p.label, "flops", flops, [&p] { p.run_openblas(); });
+  }
+  return bench::run_benchmarks(argc, argv);
 }

@@ -1,50 +1,33 @@
-// Shared helpers for the ttmoe benchmarks: plain std::chrono timing, medians, `name: value` output.
+// Shared helpers for the ttmoe benchmark programs that time by hand (bench/moetta, bench/vit: whole
+// model steps paired in-process and against PyTorch process by process). No dependencies, so the
+// stand-alone builds of those folders need nothing beyond the library.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <vector>
 
 namespace bench {
 
-inline double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+using Clock = std::chrono::steady_clock;
+
+/// Seconds elapsed since t0.
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+/// Median of v (mean of the middle two for an even count); v must not be empty.
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Times f() once, in seconds.
-template <class F>
-double time_once(F&& f) {
-  const double t0 = now_s();
-  f();
-  return now_s() - t0;
-}
-
-// One figure per line, `name: value`, as bench/report collects them.
-inline void figure(const std::string& name, double value, const char* fmt = "%.3f") {
-  std::printf("%s: ", name.c_str());
-  std::printf(fmt, value);
-  std::printf("\n");
-  std::fflush(stdout);
-}
-
+/// Integer value of environment variable `name`, or `fallback` when unset or empty.
 inline int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;
-}
-
-// Compiler-opaque use of a value so a result is not optimised away.
-template <class T>
-inline void keep(const T& v) {
-  asm volatile("" : : "g"(&v) : "memory");
 }
 
 }  // namespace bench

@@ -1,24 +1,25 @@
 // ttmoe MoETTA adaptation step on ViT-B/16 (random weights, batch 8 by default): the exact
 // tta::MoETTA::adapt_and_predict (9 experts, LayerNorms 1..24 converted, routers + experts trainable,
 // entropy filter with the running-mean threshold, re-weighting, balance loss, SGD momentum step).
-// After warm-up, timed steps alternate with ttmoe's own no-adapt forward of the same batch (NoGrad,
-// the same converted model, the same DynShape<4> entry MoETTA/NoAdapt use), so drift of a shared
-// machine's speed hits both; the peak RSS (VmHWM) is read right after them (a NoGrad forward holds
-// less than a step, so it is the steps' peak). With --plain-forward it then times the plain
-// (unconverted) ViT-B/16 forward through its static-shape entry, the one bench/vit times.
+// After warm-up, timed steps alternate with ttmoe's own no-adapt forward of the same batch
+// (tta::NoAdapt on the plain, unconverted ViT-B/16: NoGrad, the same DynShape<4> entry MoETTA uses),
+// so drift of a shared machine's speed hits both; the peak RSS (VmHWM) is read right after them (a
+// NoGrad forward holds less than a step, so it is the steps' peak). Then, unpaired, it times NoGrad
+// forwards of the MoE-converted model and, with --plain-forward, the plain ViT-B/16 through its
+// static-shape entry, the one bench/vit times.
 // Prints (medians over the timed runs):
 //   ttmoe_moetta_step_s: X
-//   peak_rss_mb: X                 (VmHWM after warm-up + timed steps)
-//   ttmoe_forward_s: X             (NoGrad forward of the converted model)
-//   ttmoe_step_over_forward_paired: X  (median over i of step_i / forward_i, the runs alternating)
-//   ttmoe_plain_forward_s: X       (only with --plain-forward)
+//   peak_rss_mb: X                            (VmHWM after warm-up + the paired runs)
+//   ttmoe_noadapt_forward_s: X                (plain model, tta::NoAdapt, paired with the steps)
+//   ttmoe_step_over_noadapt_forward_paired: X (median over i of step_i / noadapt_forward_i)
+//   ttmoe_converted_forward_s: X              (NoGrad forward of the MoE-converted model)
+//   ttmoe_plain_forward_s: X                  (only with --plain-forward; static-shape entry)
 // --profile instead runs two steps (a fresh process's first, then a steady-state one), the ops of adapt_and_predict split
 // by timers (forward, entropy + loss assembly, backward, optimiser, zero_grad), the VmRSS / VmHWM
 // after each part and the tape's node histogram, then exits.
 //   bench_moetta_step [--batch 8] [--threads 2] [--steps 3] [--warmup 1] [--runs 3] [--plain-forward] [--profile]
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,22 +28,21 @@
 #include <string>
 #include <vector>
 
+#include "../common.hpp"
 #include "ttmoe/models/vit.hpp"
 #include "ttmoe/tta/metrics.hpp"
 #include "ttmoe/tta/moetta.hpp"
+#include "ttmoe/tta/no_adapt.hpp"
 
 using namespace ttmoe;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::median;
+using bench::seconds_since;
 using Model = models::VisionTransformer<float>;
 using Images = Tensor<float, DynShape<4>>;
 
 namespace {
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+/// A "Vm...:" field of /proc/self/status ("VmRSS:", "VmHWM:") in MB; -1 where unavailable.
 double status_mb(const char* key) {
   std::ifstream f("/proc/self/status");
   std::string line;
@@ -131,7 +131,7 @@ void profile_step(Model& vit, const Images& x) {
 int main(int argc, char** argv) {
   index_t batch = 8;
   int threads = 2, steps = 3, warmup = 1, runs = 3;
-  bool prof = false, plain = false;
+  bool prof = false, plain_static = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
     if (!std::strcmp(argv[i], "--batch")) batch = next();
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--warmup")) warmup = next();
     else if (!std::strcmp(argv[i], "--runs")) runs = next();
     else if (!std::strcmp(argv[i], "--profile")) prof = true;
-    else if (!std::strcmp(argv[i], "--plain-forward")) plain = true;
+    else if (!std::strcmp(argv[i], "--plain-forward")) plain_static = true;
   }
   cpu_backend::set_num_threads(std::size_t(threads));
   Model vit(models::vit_base_patch16(1000), 1);
@@ -151,61 +151,76 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // ---- MoETTA steps (the method converts the model on its first call) ----
+  // ttmoe's no-adapt baseline: the same pretrained model, unconverted. A copy taken before MoETTA
+  // converts `vit` shares every parameter tensor (handles are shallow), and MoETTA trains only the
+  // experts and routers it adds, so `plain` keeps computing the pretrained function and adds no
+  // memory to the peak RSS below.
+  Model plain = vit;
+  tta::NoAdapt<Model> noadapt;
   typename tta::MoETTA<Model>::Options opt;  // 9 experts, first MoE index 1, lambda 0.2, lr 1e-3*B/64, mom 0.9
-  tta::MoETTA<Model> method(opt);
+  tta::MoETTA<Model> method(opt);            // converts `vit` on its first call
   float sink = 0;
-  index_t kept_total = 0;
-  // Steps and no-adapt forwards alternate (step, forward, step, forward, ...) so that the machine's
-  // speed drifting during the run weighs on both alike; each figure is the median of its runs.
-  auto forward_once = [&] {  // NoGrad forward of the same (converted) model and batch
-    autograd::NoGrad ng;
-    auto t0 = Clock::now();
-    auto y = vit.forward(x);
+  auto timed = [&](auto&& f) {  // seconds of one call of f, whose logits feed the checksum
+    const auto t0 = Clock::now();
+    auto y = f();
     const double s = seconds_since(t0);
     sink += y.data()[0];
     return s;
   };
-  for (int i = 0; i < warmup; ++i) sink += method.adapt_and_predict(vit, x).data()[0];
-  if (warmup > 0) forward_once();
+  auto step = [&] { return method.adapt_and_predict(vit, x); };
+  auto noadapt_forward = [&] { return noadapt.adapt_and_predict(plain, x); };
+
+  // Also the no-adapt path's warm-up: the pool and caches then hold what a forward needs.
+  const std::vector<float> plain_logits = noadapt_forward().to_vector();  // for the check below
+  for (int i = 0; i < warmup; ++i) timed(step);
+  // Steps and no-adapt forwards alternate (step, forward, step, forward, ...) so that the machine's
+  // speed drifting during the run weighs on both alike; the ratio figure is the median of the pairs.
   std::vector<double> st, ft, ratio;
+  index_t kept_total = 0;
   for (int i = 0; i < std::max(steps, runs); ++i) {
-    if (i < steps) {
-      auto t0 = Clock::now();
-      auto y = method.adapt_and_predict(vit, x);
-      st.push_back(seconds_since(t0));
-      sink += y.data()[0];
-      kept_total += method.last_step().kept;
-    }
-    if (i < runs) ft.push_back(forward_once());
+    if (i < steps) st.push_back(timed(step)), kept_total += method.last_step().kept;
+    if (i < runs) ft.push_back(timed(noadapt_forward));
     if (i < steps && i < runs) ratio.push_back(st.back() / ft.back());
   }
-  // Peak before the plain model below exists: the steps' peak (a NoGrad forward holds less).
-  const double peak_mb = double(tta::peak_rss_kib()) / 1024.0;
+  // The adaptation must not have reached the shared tensors: the baseline is still the pretrained model.
+  const std::vector<float> after = noadapt_forward().to_vector();
+  for (std::size_t i = 0; i < after.size(); ++i)
+    if (after[i] != plain_logits[i]) {
+      std::fprintf(stderr, "bench_moetta_step: the no-adapt model changed during adaptation (logit %zu)\n", i);
+      return 1;
+    }
+  // Read before the unpaired forwards below: the steps' peak (a NoGrad forward holds less).
   std::printf("ttmoe_moetta_step_s: %.4f\n", median(st));
-  std::printf("peak_rss_mb: %.1f\n", peak_mb);
-  std::printf("ttmoe_forward_s: %.4f\n", median(ft));
-  if (!ratio.empty()) std::printf("ttmoe_step_over_forward_paired: %.4f\n", median(ratio));
-  std::fprintf(stderr, "(steps: batch %ld, %d threads, %d timed, min %.3f max %.3f, moe layers %zu, kept %ld/%ld, last loss %.4f)\n",
-               long(batch), threads, steps, *std::min_element(st.begin(), st.end()),
-               *std::max_element(st.begin(), st.end()), vit.moe_layers().size(), long(kept_total),
-               long(batch) * steps, method.last_step().loss);
-  if (plain) {
-    Model p(models::vit_base_patch16(1000), 1);
-    nn::freeze(p);
+  std::printf("peak_rss_mb: %.1f\n", status_mb("VmHWM:"));
+  if (!ft.empty()) std::printf("ttmoe_noadapt_forward_s: %.4f\n", median(ft));
+  if (!ratio.empty()) std::printf("ttmoe_step_over_noadapt_forward_paired: %.4f\n", median(ratio));
+  std::fprintf(stderr, "(batch %ld, %d threads, moe layers %zu, kept %ld/%ld, last loss %.4f)\n", long(batch), threads,
+               vit.moe_layers().size(), long(kept_total), long(batch) * steps, method.last_step().loss);
+  auto list = [](const char* what, const std::vector<double>& v) {  // every timed run, to judge the noise
+    std::fprintf(stderr, "(%s s:", what);
+    for (double t : v) std::fprintf(stderr, " %.3f", t);
+    std::fprintf(stderr, ")\n");
+  };
+  list("steps", st), list("no-adapt forwards", ft);
+
+  // Unpaired extras: how much the MoE-LayerNorms cost in a forward, and the bench/vit forward.
+  {
+    autograd::NoGrad ng;
+    std::vector<double> ct;
+    for (int i = 0; i < runs; ++i) ct.push_back(timed([&] { return vit.forward(x); }));
+    if (!ct.empty()) std::printf("ttmoe_converted_forward_s: %.4f\n", median(ct));
+    list("converted forwards", ct);
+  }
+  if (plain_static) {
     using In = Tensor<float, models::vit_b16_shapes::images>;
     In xs{models::vit_b16_shapes::images(batch)};
     nn::uniform_(xs, 1.0, 99);
     autograd::NoGrad ng;
-    sink += p.forward(xs).data()[0];
-    std::vector<double> ft;
-    for (int i = 0; i < runs; ++i) {
-      auto t0 = Clock::now();
-      auto y = p.forward(xs);
-      ft.push_back(seconds_since(t0));
-      sink += y.data()[0];
-    }
-    std::printf("ttmoe_plain_forward_s: %.4f\n", median(ft));
+    auto forward = [&] { return plain.forward(xs); };  // no warm-up: the paired runs warmed the pool
+    std::vector<double> pt;
+    for (int i = 0; i < runs; ++i) pt.push_back(timed(forward));
+    if (!pt.empty()) std::printf("ttmoe_plain_forward_s: %.4f\n", median(pt));
+    list("plain static-shape forwards", pt);
   }
   std::fprintf(stderr, "(checksum %g)\n", double(sink));
   return 0;

@@ -5,7 +5,6 @@
 //   bench_vit_forward [--batch 8] [--threads 2] [--runs 7] [--warmup 2] [--profile]
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,14 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "../common.hpp"
 #include "ttmoe/models/vit.hpp"
 
 using namespace ttmoe;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::seconds_since;
 
 namespace {
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 // One forward with timers around each stage (same ops as VisionTransformer::run / ViTBlock).
 void profile(const models::VisionTransformer<float>& vit, const Tensor<float, models::vit_b16_shapes::images>& x) {
   using ST = models::vit_b16_shapes::tokens;
