@@ -1,7 +1,7 @@
 // ttmoe ViT-B/16 float forward throughput (random weights, batch 8 by default, no autograd).
 // Prints `ttmoe_vit_b16_images_per_s: X` (median over the timed runs after warm-up) and, with
 // --profile, a per-stage wall-time split of one extra forward (GEMM-bound layers vs LayerNorm vs
-// attention core vs copies) measured with plain timers around the stages.
+// the fused attention op vs residual adds) measured with plain timers around the stages.
 //   bench_vit_forward [--batch 8] [--threads 2] [--runs 7] [--warmup 2] [--profile]
 
 #include <algorithm>
@@ -32,23 +32,12 @@ void profile(const models::VisionTransformer<float>& vit, const Tensor<float, mo
   };
   const auto total0 = Clock::now();
   Tensor<float, ST> h = timed("embed (patch GEMM + concat)", [&] { return vit.embed(x).as<ST>(); });
-  const index_t B = x.extent(0), T = 197, Dm = 768, H = 12, hd = 64;
+  const index_t B = x.extent(0), T = 197, Dm = 768, H = 12;
   for (const auto& b : vit.blocks) {
     auto n1 = timed("layernorm", [&] { return b.norm1(h); });
     auto qkv = timed("gemm qkv (+bias)", [&] { return b.attn.qkv(n1); });
-    auto parts = timed("permute copies", [&] {
-      return Tensor<float, DynShape<5>>(permute<2, 0, 3, 1, 4>(qkv.reshape(DynShape<5>(B, T, 3, H, hd))));
-    });
-    const auto shp = DynShape<3>(B * H, T, hd);
-    Tensor<float, DynShape<3>> q = parts.slice(0, 1).reshape(shp), k = parts.slice(1, 2).reshape(shp),
-                               v = parts.slice(2, 3).reshape(shp);
-    auto qs = timed("attention scale q", [&] { return Tensor<float, DynShape<3>>(q * 0.125f); });
-    auto s = timed("attention gemm qk^T", [&] { return Tensor<float, DynShape<3>>(matmul<false, true>(qs, k)); });
-    auto p = timed("attention softmax", [&] { return Tensor<float, DynShape<3>>(softmax<-1>(s)); });
-    auto o = timed("attention gemm pv", [&] { return Tensor<float, DynShape<3>>(matmul(p, v)); });
-    auto merged = timed("permute copies", [&] {
-      return Tensor<float, DynShape<3>>(
-          permute<0, 2, 1, 3>(o.reshape(DynShape<4>(B, H, T, hd))).reshape(DynShape<3>(B, T, Dm)));
+    auto merged = timed("attention (fused: qk^T, softmax, pv)", [&] {
+      return fused_qkv_attention(qkv, H, 1.0f / 8.0f).reshape(DynShape<3>(B, T, Dm));
     });
     auto a = timed("gemm proj (+bias)", [&] { return b.attn.proj(merged); });
     h = timed("residual adds", [&] { return Tensor<float, ST>(h + a.as<ST>()); });

@@ -229,6 +229,16 @@ TEST_CASE("softmax is stable for extreme and masked rows", "[core][softmax]") {
   CHECK(lse[1] == Approx(1e4));
   auto all_masked = make<float, 1>({2}, {-inf, -inf});
   CHECK(logsumexp<0>(all_masked).item() == -inf);
+  // A causal row longer than one SIMD vector, masked inside its partial last vector (the tail path).
+  std::vector<float> row(21, 0.5f);
+  row[17] = row[20] = -inf;
+  row[18] = 2.f;
+  const auto p = softmax(make<float, 1>({21}, row)).to_vector();
+  const double z = 18 * std::exp(0.5) + std::exp(2.0);
+  CHECK(p[17] == 0.0f);
+  CHECK(p[20] == 0.0f);
+  CHECK(p[18] == Approx(std::exp(2.0) / z));
+  CHECK(p[19] == Approx(std::exp(0.5) / z));
 }
 
 // ---- matmul ------------------------------------------------------------------------------------------
@@ -296,6 +306,60 @@ TEMPLATE_TEST_CASE("matmul matches naive loops in all transpose forms", "[core][
   check_mm_all<T>(130, 150, 120, 7);  // above the threading threshold, split along N
   check_mm_all<T>(301, 40, 90, 8);    // split along M with a ragged last block
   check_mm_all<T>(257, 65, 40, 9);    // below the threshold
+}
+
+TEST_CASE("float GEMM on the packed kernel: every transpose, ragged tiles, K over one block, alpha and beta",
+          "[core][matmul]") {
+  // Sizes that reach the packed AVX-512 kernel where it is built (M >= 4 * 8 * threads, enough work),
+  // with edge slivers in M (not a multiple of 8) and N (not a multiple of 48), K across two k-blocks
+  // (> 384), and N = 128 (the 6 x 64 tile shape). beta = 0 must not read C: it is filled with NaN first. Elsewhere the Eigen path answers,
+  // and must give the same results.
+  ThreadCountGuard guard;
+  for (std::size_t threads : {std::size_t(2), std::size_t(1)}) {
+    cpu_backend::set_num_threads(threads);
+    for (auto [M, N, K] : {std::array<index_t, 3>{67, 101, 33}, std::array<index_t, 3>{200, 48, 800},
+                           std::array<index_t, 3>{130, 390, 385}, std::array<index_t, 3>{197, 128, 64}}) {
+      for (int form = 0; form < 4; ++form) {
+        const bool ta = form & 1, tb = form & 2;
+        const auto a = random_values<float>(M * K, -1, 1, 500 + form), b = random_values<float>(K * N, -1, 1, 510 + form);
+        const auto c0 = random_values<float>(M * N, -1, 1, 520 + form);
+        const auto ab = mm_ref(ta, tb, M, N, K, a.data(), b.data());
+        for (float beta : {0.f, 1.f, -0.5f}) {
+          std::vector<float> c = beta == 0.f ? std::vector<float>(M * N, std::numeric_limits<float>::quiet_NaN()) : c0;
+          cpu_backend::GemmKernels::gemm(ta, tb, M, N, K, 0.75f, a.data(), ta ? M : K, b.data(), tb ? K : N, beta, c.data(), N);
+          std::vector<double> want(M * N);
+          for (index_t i = 0; i < M * N; ++i) want[i] = 0.75 * ab[i] + (beta == 0.f ? 0.0 : double(beta) * c0[i]);
+          INFO("threads " << threads << " M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " beta " << beta);
+          CHECK_CLOSE(c, want, mm_tol<float>(K), mm_tol<float>(K));
+        }
+      }
+    }
+  }
+  // gemm_bias (nn.Linear's forward): C = alpha A B^T + bias, C not read, float (packed kernel) and double.
+  for (index_t M : {index_t(150), index_t(5)}) {
+    const index_t N = 100, K = 70;
+    const auto a = random_values<float>(M * K, -1, 1, 540), b = random_values<float>(N * K, -1, 1, 541);
+    const auto bias = random_values<float>(N, -1, 1, 542);
+    const auto ab = mm_ref(false, true, M, N, K, a.data(), b.data());
+    std::vector<double> want(M * N);
+    for (index_t i = 0; i < M * N; ++i) want[i] = 2.0 * ab[i] + bias[i % N];
+    std::vector<float> c(M * N, std::numeric_limits<float>::quiet_NaN());
+    cpu_backend::GemmKernels::gemm_bias(false, true, M, N, K, 2.f, a.data(), K, b.data(), K, bias.data(), c.data(), N);
+    CHECK_CLOSE(c, want, mm_tol<float>(K), mm_tol<float>(K));
+    const std::vector<double> ad(a.begin(), a.end()), bd(b.begin(), b.end()), biasd(bias.begin(), bias.end());
+    std::vector<double> cd(M * N, std::numeric_limits<double>::quiet_NaN());
+    cpu_backend::GemmKernels::gemm_bias(false, true, M, N, K, 2.0, ad.data(), K, bd.data(), K, biasd.data(), cd.data(), N);
+    CHECK_CLOSE(cd, want, 1e-12, 1e-12);
+  }
+  // Inside a pool job (nested) the GEMM runs serially on the calling thread and still answers right.
+  cpu_backend::set_num_threads(2);
+  const index_t M = 96, N = 96, K = 64;
+  const auto a = random_values<float>(M * K, -1, 1, 530), b = random_values<float>(K * N, -1, 1, 531);
+  std::vector<float> c(M * N);
+  cpu_backend::ThreadPool::instance().run_on_all([&](std::size_t t, std::size_t) {
+    if (t == 0) cpu_backend::GemmKernels::gemm(false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, c.data(), N);
+  });
+  CHECK_CLOSE(c, mm_ref(false, false, M, N, K, a.data(), b.data()), mm_tol<float>(K), mm_tol<float>(K));
 }
 
 TEST_CASE("matmul with K = 0 gives zeros, folded and batched forms match per-matrix loops", "[core][matmul]") {

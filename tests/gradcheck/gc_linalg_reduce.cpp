@@ -75,6 +75,14 @@ GRADCHECK_CASE("fused_qkv_attention") {
                [](const Inputs& in) -> Output {
                  auto o = fused_qkv_attention(in.get<3>(0), 3, 0.9);
                  return o * tanh(o);
+               })
+      .variant("qkv also feeds a residual (its gradient accumulates)",
+               [](Rng& r) { return Shapes{{2, r.ext(2, 4), 3 * 2 * 2}}; },
+               [](const Inputs& in) -> Output {
+                 const auto& x = in.get<3>(0);
+                 auto o = fused_qkv_attention(x, 2, 0.6);  // recorded first, so replayed after the
+                 auto q = narrow<2>(x, 4, 4);              // narrow: the attention VJP adds (beta 1)
+                 return o + q * 0.5;
                });
 }
 GRADCHECK_CASE("matmul batched") {

@@ -1,6 +1,7 @@
 #pragma once
 // Shared helpers for the MoE parity tests: the fixture loss (sum of out * upstream over the
 // metadata's loss_outputs) and gradient lookups that treat "no gradient reached" as zeros.
+#include <filesystem>
 
 #include <sstream>
 #include <string>
@@ -62,7 +63,8 @@ void check_close(const Fixture& f, const std::string& name, const Tensor<T, S>& 
   if (std::getenv("TTMOE_PARITY_VERBOSE")) {
     auto ref = f.get<R, double>(name);
     if (ref.extents() == actual.extents())
-      std::fprintf(stderr, "parity %-40s max rel err %.3e\n", name.c_str(), max_rel_error(actual, ref));
+      std::fprintf(stderr, "parity %-28s %-36s max rel err %.3e\n",
+                   std::filesystem::path(f.path()).stem().string().c_str(), name.c_str(), max_rel_error(actual, ref));
   }
   require_close<R>(f, name, actual, tol);
 }

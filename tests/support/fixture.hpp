@@ -22,6 +22,8 @@ class Fixture {
       : path_(std::string(TTMOE_TEST_DATA_DIR) + "/parity/" + name + ".safetensors"),
         file_(open(path_)) {}
 
+  /// The fixture file's path.
+  const std::string& path() const { return path_; }
   /// True if the file holds tensor `name`.
   bool has(const std::string& name) const { return file_.contains(name); }
   /// The extents of tensor `name`.

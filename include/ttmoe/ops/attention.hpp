@@ -17,6 +17,16 @@
 
 namespace ttmoe {
 
+namespace detail {
+/// True when device D's backend has its own fused-qkv attention kernels (the CPU's run head by head,
+/// backend/cpu/attention.hpp); other backends get the composition of batched GEMMs and softmax below.
+template <class D, class T>
+concept has_attention_kernels = requires(const T* c, T* m, index_t n, T s) {
+  Backend<D>::qkv_attention_forward(c, n, n, n, n, s, m, m);
+  Backend<D>::qkv_attention_backward(c, c, c, n, n, n, n, s, s, m);
+};
+}  // namespace detail
+
 /// softmax(q k^T * scale) v for each of `heads` heads of qkv [B, T, 3D] -> [B, T, D].
 template <class T, ShapeType S, class D>
 Tensor<T, DynShape<3>, D> fused_qkv_attention(const Tensor<T, S, D>& qkv, index_t heads, T scale) {
@@ -28,16 +38,20 @@ Tensor<T, DynShape<3>, D> fused_qkv_attention(const Tensor<T, S, D>& qkv, index_
   const index_t Dm = D3 / 3, H = heads, hd = Dm / H, TT = Tn * Tn;
   Tensor<T, DynShape<3>, D> out(DynShape<3>(B, Tn, Dm));
   Tensor<T, DynShape<4>, D> probs(DynShape<4>(B, H, Tn, Tn));
-  // Sample by sample: one sample's scores (H x T x T) stay in cache from the GEMM that writes them,
-  // through the softmax, to the GEMM that reads them.
   const T* q = qkv.data();
-  for (index_t b = 0; b < B; ++b) {
-    const T* qb = q + b * Tn * D3;
-    T* pb = probs.data() + b * H * TT;
-    Backend<D>::gemm_batched(H, false, true, Tn, Tn, hd, scale, qb, D3, hd, qb + Dm, D3, hd, T(0), pb, Tn, TT);
-    Backend<D>::softmax(pb, pb, H * Tn, Tn, 1, false);  // in place, row by row
-    Backend<D>::gemm_batched(H, false, false, Tn, hd, Tn, T(1), pb, Tn, TT, qb + 2 * Dm, D3, hd, T(0),
-                             out.data() + b * Tn * Dm, Dm, hd);
+  if constexpr (detail::has_attention_kernels<D, T>) {
+    Backend<D>::qkv_attention_forward(q, B, Tn, H, hd, scale, probs.data(), out.data());
+  } else {
+    // Sample by sample: one sample's scores (H x T x T) stay in cache from the GEMM that writes them,
+    // through the softmax, to the GEMM that reads them.
+    for (index_t b = 0; b < B; ++b) {
+      const T* qb = q + b * Tn * D3;
+      T* pb = probs.data() + b * H * TT;
+      Backend<D>::gemm_batched(H, false, true, Tn, Tn, hd, scale, qb, D3, hd, qb + Dm, D3, hd, T(0), pb, Tn, TT);
+      Backend<D>::softmax(pb, pb, H * Tn, Tn, 1, false);  // in place, row by row
+      Backend<D>::gemm_batched(H, false, false, Tn, hd, Tn, T(1), pb, Tn, TT, qb + 2 * Dm, D3, hd, T(0),
+                               out.data() + b * Tn * Dm, Dm, hd);
+    }
   }
   if (should_record(qkv)) {
     auto mq = qkv.meta();
@@ -45,6 +59,10 @@ Tensor<T, DynShape<3>, D> fused_qkv_attention(const Tensor<T, S, D>& qkv, index_
     record("fused_qkv_attention", out, [=](const T* g) {
       auto t = mq->target();
       const T beta = t.fresh ? T(0) : T(1);  // q, k, v thirds are each written exactly once
+      if constexpr (detail::has_attention_kernels<D, T>) {
+        Backend<D>::qkv_attention_backward(g, saved.data(), probs.data(), B, Tn, H, hd, scale, beta, t.data);
+        return;
+      }
       // Per-sample scratch for dP and dS (reused, cache-resident).
       Tensor<T, DynShape<3>, D> dp(DynShape<3>(H, Tn, Tn)), ds(DynShape<3>(H, Tn, Tn));
       const T* x = saved.data();

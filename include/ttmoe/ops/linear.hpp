@@ -29,13 +29,7 @@ Tensor<T, DynShape<S::rank>, D> linear(const Tensor<T, S, D>& x, const Tensor<T,
   auto eo = ex;
   eo[R - 1] = N;
   Tensor<T, DynShape<R>, D> out(DynShape<R>::from_extents(eo, "linear"));
-  {
-    autograd::NoGrad ng;  // out's rows start as b; the GEMM adds x W^T onto them
-    const std::array<index_t, 2> rows{M, N};
-    auto fill = b * T(1);
-    Backend<D>::evaluate(fill.kernel(rows), out.data(), rows);
-  }
-  Backend<D>::gemm(false, true, M, N, K, T(1), x.data(), K, w.data(), K, T(1), out.data(), N);
+  Backend<D>::gemm_bias(false, true, M, N, K, T(1), x.data(), K, w.data(), K, b.data(), out.data(), N);
   if (should_record(x, w, b)) {
     Tensor<T, S, D> x_saved = w.requires_grad() ? x : Tensor<T, S, D>();
     Tensor<T, DynShape<2>, D> w_saved = x.requires_grad() ? w : Tensor<T, DynShape<2>, D>();

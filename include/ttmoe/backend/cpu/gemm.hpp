@@ -1,12 +1,15 @@
 #pragma once
-// Row-major GEMM on the CPU: C = alpha * op(A) op(B) + beta * C. Eigen's single-threaded kernel runs
-// on each block of C produced by splitting the larger of M and N across the thread pool (so GEMM
-// shares the one parallel runtime). With TTMOE_USE_CBLAS (target ttmoe::blas) float/double GEMMs go
-// to CBLAS instead, which uses its own threads; ttmoe never calls it from inside a pool job.
+// Row-major GEMM on the CPU: C = alpha * op(A) op(B) + beta * C. In AVX-512 builds, float GEMMs
+// large enough to split over the pool run ttmoe's own packed kernel (gemm_avx512.hpp, which says
+// why); otherwise Eigen's single-threaded kernel runs on each block of C produced by splitting the
+// larger of M and N across the thread pool (so GEMM shares the one parallel runtime). With
+// TTMOE_USE_CBLAS (target ttmoe::blas) float/double GEMMs go to CBLAS instead, which uses its own
+// threads; ttmoe never calls it from inside a pool job.
 
 #include <Eigen/Core>
 #include <algorithm>
 
+#include "ttmoe/backend/cpu/gemm_avx512.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 
 #if defined(TTMOE_USE_CBLAS)
@@ -47,6 +50,23 @@ void eigen_gemm(bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, cons
 
 /// GEMM and batched GEMM.
 struct GemmKernels {
+  /// One GEMM on the calling thread (batched GEMMs run one matrix per thread): the packed AVX-512
+  /// kernel for float matrices of at least one micro-tile (attention's per-head products), else Eigen.
+  template <class T>
+  static void serial_gemm(bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, const T* A, index_t lda,
+                          const T* B, index_t ldb, T beta, T* C, index_t ldc) {
+  #if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+      // Narrow widths only where a tile shape fits them: a padded sliver would waste too much.
+      if (M >= avx512::MR && K >= 16 && (N >= 2 * avx512::NR || N % avx512::Tile6x64::NR == 0)) {
+        avx512::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // serial inside a pool job
+        return;
+      }
+    }
+  #endif
+    detail::eigen_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+
   /// C[M,N] = alpha * op(A) op(B) + beta * C with row-major operands and leading dimensions.
   template <class T>
   static void gemm(bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, const T* A, index_t lda, const T* B,
@@ -65,6 +85,14 @@ struct GemmKernels {
           cblas_sgemm(CblasRowMajor, oa, ob, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         else
           cblas_dgemm(CblasRowMajor, oa, ob, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+      }
+    }
+  #endif
+  #if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+      if (avx512::suits(M, N, K)) {
+        avx512::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
       }
     }
@@ -89,6 +117,31 @@ struct GemmKernels {
     });
   }
 
+  /// C[M,N] = alpha * op(A) op(B) + bias (bias [N] added to every row; C is not read): nn.Linear's
+  /// forward. The packed AVX-512 kernel adds the bias as it writes C; otherwise C's rows start as
+  /// the bias and the GEMM accumulates onto them.
+  template <class T>
+  static void gemm_bias(bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, const T* A, index_t lda,
+                        const T* B, index_t ldb, const T* bias, T* C, index_t ldc) {
+    if (M == 0 || N == 0) return;
+  #if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+      if (K > 0 && avx512::suits(M, N, K)
+  #if defined(TTMOE_USE_CBLAS)
+          && ThreadPool::in_parallel()  // CBLAS takes the rest, as in gemm()
+  #endif
+      ) {
+        avx512::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, T(0), C, ldc, bias);
+        return;
+      }
+    }
+  #endif
+    parallel_for(M, std::max<index_t>(1, 16384 / N), [&](index_t b, index_t e) {
+      for (index_t i = b; i < e; ++i) std::copy(bias, bias + N, C + i * ldc);
+    });
+    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, T(1), C, ldc);
+  }
+
   /// Batched GEMM over `batch` independent problems with element strides between them
   /// (a stride of 0 reuses one operand for every problem).
   template <class T>
@@ -99,8 +152,7 @@ struct GemmKernels {
     if (batch >= nt && !ThreadPool::in_parallel()) {
       ThreadPool::instance().parallel_for(batch, 1, [&](index_t b, index_t e) {
         for (index_t i = b; i < e; ++i)
-          detail::eigen_gemm(ta, tb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta,
-                             C + i * stride_c, ldc);
+          serial_gemm(ta, tb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta, C + i * stride_c, ldc);
       });
     } else {
       for (index_t i = 0; i < batch; ++i)

@@ -8,7 +8,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "ttmoe/backend/cpu/simd_math.hpp"
+#include "ttmoe/backend/cpu/simd_math.hpp"  // vm:: on xsimd batches
+#include "ttmoe/expr/vmath.hpp"              // vm:: on scalars (max with NaN propagation)
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 
 namespace ttmoe::cpu_backend {
@@ -25,11 +26,97 @@ T row_sum(const T* x, index_t n) {
   for (; k < n; ++k) s += x[k];
   return s;
 }
+/// Maximum of a row; NaN if the row holds one (as every ttmoe max). Vector lanes keep running maxima
+/// (NaN sticks), reduced at the end: a scalar chain of NaN-aware compares was the softmax's slowest loop.
 template <class T>
 T row_max(const T* x, index_t n) {
+  using B = batch<T>;
+  constexpr index_t W = B::size;
   T m = -std::numeric_limits<T>::infinity();
-  for (index_t k = 0; k < n; ++k) m = vm::max(m, x[k]);
+  index_t k = 0;
+  if (n >= W) {
+    B acc = B::load_unaligned(x);
+    for (k = W; k + W <= n; k += W) acc = vm::max(acc, B::load_unaligned(x + k));
+    alignas(64) T lanes[W];
+    acc.store_aligned(lanes);
+    for (index_t j = 0; j < W; ++j) m = vm::max(m, lanes[j]);
+  }
+  for (; k < n; ++k) m = vm::max(m, x[k]);
   return m;
+}
+/// Sum of exp(x - m) over a row, also stored to y unless y is null (y may alias x).
+template <class T>
+T row_exp_sum(const T* x, T* y, index_t n, T m) {
+  using B = batch<T>;
+  constexpr index_t W = B::size;
+  const B mb(m);
+  B acc(T(0));
+  index_t k = 0;
+  for (; k + W <= n; k += W) {
+    const B e = vm::exp(B::load_unaligned(x + k) - mb);
+    if (y) e.store_unaligned(y + k);
+    acc += e;
+  }
+  if (k < n) {  // the partial last vector, padded with -inf (exp gives 0): a scalar std::exp per
+               // element cost more than the vector part on attention's 197-wide rows
+    alignas(64) T tail[W];
+    const index_t r = n - k;
+    for (index_t j = 0; j < W; ++j) tail[j] = j < r ? x[k + j] : -std::numeric_limits<T>::infinity();
+    const B e = vm::exp(B::load_aligned(tail) - mb);
+    acc += e;
+    if (y) {
+      e.store_aligned(tail);
+      for (index_t j = 0; j < r; ++j) y[k + j] = tail[j];
+    }
+  }
+  return xsimd::hadd(acc);
+}
+/// y = x * a over a row (y may alias x).
+template <class T>
+void row_scale(const T* x, T* y, index_t n, T a) {
+  using B = batch<T>;
+  constexpr index_t W = B::size;
+  const B ab(a);
+  index_t k = 0;
+  for (; k + W <= n; k += W) (B::load_unaligned(x + k) * ab).store_unaligned(y + k);
+  for (; k < n; ++k) y[k] = x[k] * a;
+}
+/// y = (x - m) - c over a row: the exact shift by the maximum first, so log_softmax never rounds
+/// m + c (y may alias x).
+template <class T>
+void row_shift2(const T* x, T* y, index_t n, T m, T c) {
+  using B = batch<T>;
+  constexpr index_t W = B::size;
+  const B mb(m), cb(c);
+  index_t k = 0;
+  for (; k + W <= n; k += W) ((B::load_unaligned(x + k) - mb) - cb).store_unaligned(y + k);
+  for (; k < n; ++k) y[k] = (x[k] - m) - c;
+}
+/// y = softmax(x) over one contiguous row (y may alias x); a row of only -inf gives NaN, as the formula.
+template <class T>
+void softmax_row(const T* x, T* y, index_t n) {
+  T m = row_max(x, n);
+  if (m == -std::numeric_limits<T>::infinity()) m = 0;  // all -inf: avoid inf - inf
+  const T s = row_exp_sum(x, y, n, m);
+  row_scale(y, y, n, T(1) / s);
+}
+/// The softmax VJP over one contiguous row: d = y * (g - sum(g * y)), added to d when `accumulate`
+/// (d may alias g when it is not).
+template <class T>
+void softmax_backward_row(const T* y, const T* g, T* d, index_t n, bool accumulate) {
+  using B = batch<T>;
+  constexpr index_t W = B::size;
+  B acc(T(0));
+  index_t k = 0;
+  for (; k + W <= n; k += W) acc = xsimd::fma(B::load_unaligned(g + k), B::load_unaligned(y + k), acc);
+  T s = xsimd::hadd(acc);
+  for (; k < n; ++k) s += g[k] * y[k];
+  const B sb(s);
+  for (k = 0; k + W <= n; k += W) {
+    const B r = B::load_unaligned(y + k) * (B::load_unaligned(g + k) - sb);
+    (accumulate ? r + B::load_unaligned(d + k) : r).store_unaligned(d + k);
+  }
+  for (; k < n; ++k) d[k] = y[k] * (g[k] - s) + (accumulate ? d[k] : T(0));
 }
 // Runs f(o) for o in [0, outer), split over threads when the total work is large.
 template <class F>
@@ -117,36 +204,16 @@ struct ReduceKernels {
     detail::over_outer(outer, 3 * n * inner, [&](index_t o) {
       const T* xo = x + o * n * inner;
       T* yo = y + o * n * inner;
+      if (inner == 1 && !log) return detail::softmax_row(xo, yo, n);
+      if (inner == 1) {
+        T m = detail::row_max(xo, n);
+        if (m == -std::numeric_limits<T>::infinity()) m = 0;  // all -inf: avoid inf - inf
+        return detail::row_shift2(xo, yo, n, m, T(std::log(detail::row_exp_sum(xo, static_cast<T*>(nullptr), n, m))));
+      }
       for (index_t i = 0; i < inner; ++i) {
         T m = -std::numeric_limits<T>::infinity();
         for (index_t k = 0; k < n; ++k) m = vm::max(m, xo[k * inner + i]);
         if (m == -std::numeric_limits<T>::infinity()) m = 0;  // all -inf: avoid inf - inf
-        if (inner == 1) {
-          using B = batch<T>;
-          constexpr index_t W = B::size;
-          B acc(T(0));
-          const B mb(m);
-          index_t k = 0;
-          for (; k + W <= n; k += W) {
-            const B e = vm::exp(B::load_unaligned(xo + k) - mb);
-            if (!log) e.store_unaligned(yo + k);
-            acc += e;
-          }
-          T s = xsimd::hadd(acc);
-          for (; k < n; ++k) {
-            const T e = std::exp(xo[k] - m);
-            if (!log) yo[k] = e;
-            s += e;
-          }
-          if (log) {
-            const T ls = std::log(s);  // (x - m) - log s: exact shift first, no rounding of m + log s
-            for (index_t j = 0; j < n; ++j) yo[j] = (xo[j] - m) - ls;
-          } else {
-            const T inv = T(1) / s;
-            for (index_t j = 0; j < n; ++j) yo[j] *= inv;
-          }
-          continue;
-        }
         T s = 0;
         for (index_t k = 0; k < n; ++k) s += std::exp(xo[k * inner + i] - m);
         const T ls = std::log(s);
@@ -165,6 +232,10 @@ struct ReduceKernels {
       const T* yo = y + o * n * inner;
       const T* go = g + o * n * inner;
       T* d = dx + o * n * inner;
+      if (inner == 1 && !log) {  // attention rows, on vectors
+        detail::softmax_backward_row(yo, go, d, n, true);
+        return;
+      }
       for (index_t i = 0; i < inner; ++i) {
         T s = 0;
         for (index_t k = 0; k < n; ++k) s += log ? go[k * inner + i] : go[k * inner + i] * yo[k * inner + i];

@@ -32,6 +32,7 @@
 #include <thrust/sort.h>
 #include <thrust/transform.h>
 
+#include "ttmoe/backend/backend.hpp"
 #include "ttmoe/core/config.hpp"
 #include "ttmoe/expr/coalesce.hpp"
 #include "ttmoe/expr/kernel.hpp"
@@ -502,6 +503,14 @@ struct LayerNormParamGrad {  // one thread per (group, column): sums over the gr
   }
 };
 
+template <class T>
+struct BiasRows {  // C[i, j] = bias[j] for position p = i * N + j
+  const T* bias;
+  T* c;
+  index_t n, ldc;
+  TTMOE_HD void operator()(index_t p) const { c[(p / n) * ldc + p % n] = bias[p % n]; }
+};
+
 // Generic GEMM: one thread per element of C, row-major operands with leading dimensions.
 template <class T>
 struct GemmElem {
@@ -748,6 +757,15 @@ struct ThrustBackend {
   static void gemm(bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, const T* A, index_t lda, const T* B,
                    index_t ldb, T beta, T* C, index_t ldc) {
     for_n(M * N, detail::GemmElem<T>{ta, tb, M, N, K, alpha, beta, A, lda, 0, B, ldb, 0, C, ldc, 0});
+  }
+  /// C = alpha op(A) op(B) + bias (bias [N] broadcast over rows; C not read): the rows start as the
+  /// bias, then the GEMM (cuBLAS on the GPU) accumulates onto them.
+  template <class T>
+  static void gemm_bias(bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, const T* A, index_t lda,
+                        const T* B, index_t ldb, const T* bias, T* C, index_t ldc) {
+    if (M == 0 || N == 0) return;
+    for_n(M * N, detail::BiasRows<T>{bias, C, N, ldc});
+    Backend<Dev>::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, T(1), C, ldc);
   }
   template <class T>
   static void gemm_batched(index_t batch, bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, const T* A,
