@@ -142,6 +142,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile")) prof = true;
     else if (!std::strcmp(argv[i], "--plain-forward")) plain_static = true;
   }
+  if (batch < 1 || threads < 1 || steps < 1 || warmup < 0 || runs < 0) {
+    std::fprintf(stderr, "bench_moetta_step: need --batch, --threads and --steps >= 1, --warmup and --runs >= 0\n");
+    return 2;
+  }
   cpu_backend::set_num_threads(std::size_t(threads));
   Model vit(models::vit_base_patch16(1000), 1);
   Images x{DynShape<4>(batch, 3, 224, 224)};

@@ -312,13 +312,15 @@ TEST_CASE("float GEMM on the packed kernel: every transpose, ragged tiles, K ove
           "[core][matmul]") {
   // Sizes that reach the packed AVX-512 kernel where it is built (M >= 4 * 8 * threads, enough work),
   // with edge slivers in M (not a multiple of 8) and N (not a multiple of 48), K across two k-blocks
-  // (> 384), and N = 128 (the 6 x 64 tile shape). beta = 0 must not read C: it is filled with NaN first. Elsewhere the Eigen path answers,
-  // and must give the same results.
+  // (> 384), N = 128 (the 6 x 64 tile shape), and M large enough for row chunks of several slivers.
+  // beta = 0 must not read C: it is filled with NaN first. Elsewhere the Eigen path answers, and must
+  // give the same results.
   ThreadCountGuard guard;
   for (std::size_t threads : {std::size_t(2), std::size_t(1)}) {
     cpu_backend::set_num_threads(threads);
     for (auto [M, N, K] : {std::array<index_t, 3>{67, 101, 33}, std::array<index_t, 3>{200, 48, 800},
-                           std::array<index_t, 3>{130, 390, 385}, std::array<index_t, 3>{197, 128, 64}}) {
+                           std::array<index_t, 3>{130, 390, 385}, std::array<index_t, 3>{197, 128, 64},
+                           std::array<index_t, 3>{1001, 100, 400}}) {  // rows in chunks of 7 slivers, the last ragged
       for (int form = 0; form < 4; ++form) {
         const bool ta = form & 1, tb = form & 2;
         const auto a = random_values<float>(M * K, -1, 1, 500 + form), b = random_values<float>(K * N, -1, 1, 510 + form);
