@@ -17,33 +17,33 @@ namespace detail {
 /// Rows per parallel_for grain: enough work (~16k elements) per task to amortise scheduling.
 inline index_t norm_row_grain(index_t dim) { return std::max<index_t>(1, 16384 / std::max<index_t>(1, dim)); }
 
+/// Sum of f(d) over d in [0, n), in double, with 16 independent partial sums: the compiler keeps them
+/// in two vectors of doubles, where one running sum would wait out each add's latency (a whole
+/// LayerNorm backward once spent most of its time in such a chain).
+template <class F>
+inline double sum_in_double(index_t n, F&& f) {
+  constexpr index_t L = 16;
+  double acc[L] = {};
+  index_t d = 0;
+  for (; d + L <= n; d += L)
+    for (index_t l = 0; l < L; ++l) acc[l] += f(d + l);
+  double s = 0;
+  for (; d < n; ++d) s += f(d);
+  for (index_t l = 0; l < L; ++l) s += acc[l];
+  return s;
+}
+
 /// Mean and biased variance of one row, two-pass (the centred pass avoids the cancellation of
 /// E[x^2] - E[x]^2), accumulated in double so float results match float64 references closely.
 template <class T>
 inline void row_moments(const T* r, index_t dim, T& mean_out, T& var_out) {
-  using A = double;
-  A s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  index_t d = 0;
-  for (; d + 4 <= dim; d += 4) {  // four independent chains: lets the compiler pipeline the adds
-    s0 += A(r[d]);
-    s1 += A(r[d + 1]);
-    s2 += A(r[d + 2]);
-    s3 += A(r[d + 3]);
-  }
-  for (; d < dim; ++d) s0 += A(r[d]);
-  const A mu = (s0 + s1 + s2 + s3) / A(dim);
-  s0 = s1 = s2 = s3 = 0;
-  d = 0;
-  for (; d + 4 <= dim; d += 4) {
-    const A a = A(r[d]) - mu, b = A(r[d + 1]) - mu, c = A(r[d + 2]) - mu, e = A(r[d + 3]) - mu;
-    s0 += a * a;
-    s1 += b * b;
-    s2 += c * c;
-    s3 += e * e;
-  }
-  for (; d < dim; ++d) s0 += (A(r[d]) - mu) * (A(r[d]) - mu);
+  const double mu = sum_in_double(dim, [r](index_t d) { return double(r[d]); }) / double(dim);
+  const double var = sum_in_double(dim, [r, mu](index_t d) {
+                       const double c = double(r[d]) - mu;
+                       return c * c;
+                     }) / double(dim);
   mean_out = T(mu);
-  var_out = T((s0 + s1 + s2 + s3) / A(dim));
+  var_out = T(var);
 }
 }  // namespace detail
 
@@ -125,13 +125,15 @@ struct NormKernels {
             for (index_t d = 0; d < dim; ++d) pb[d] += gr[d];
           if (!dx) continue;
           // dxhat = g * gamma; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
-          double m1 = 0, m2 = 0;
-          for (index_t d = 0; d < dim; ++d) {
-            const T v = ga ? gr[d] * ga[d] : gr[d];
-            dh[d] = v;
-            m1 += double(v);
-            m2 += double(v) * double((r[d] - mu) * rs);
-          }
+          if (ga)
+            for (index_t d = 0; d < dim; ++d) dh[d] = gr[d] * ga[d];
+          else
+            std::copy(gr, gr + dim, dh.data());
+          const T* v = dh.data();
+          const double m1 = detail::sum_in_double(dim, [v](index_t d) { return double(v[d]); });
+          const double m2 = detail::sum_in_double(dim, [v, r, mu, rs](index_t d) {
+            return double(v[d]) * double((r[d] - mu) * rs);
+          });
           const T a = T(m1 / double(dim)), c = T(m2 / double(dim));
           T* o = dx + n * dim;
           for (index_t d = 0; d < dim; ++d) o[d] += rs * (dh[d] - a - (r[d] - mu) * rs * c);
