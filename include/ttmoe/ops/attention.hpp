@@ -61,27 +61,27 @@ Tensor<T, DynShape<3>, D> fused_qkv_attention(const Tensor<T, S, D>& qkv, index_
       const T beta = t.fresh ? T(0) : T(1);  // q, k, v thirds are each written exactly once
       if constexpr (detail::has_attention_kernels<D, T>) {
         Backend<D>::qkv_attention_backward(g, saved.data(), probs.data(), B, Tn, H, hd, scale, beta, t.data);
-        return;
-      }
-      // Per-sample scratch for dP and dS (reused, cache-resident).
-      Tensor<T, DynShape<3>, D> dp(DynShape<3>(H, Tn, Tn)), ds(DynShape<3>(H, Tn, Tn));
-      const T* x = saved.data();
-      for (index_t b = 0; b < B; ++b) {
-        const T* gb = g + b * Tn * Dm;
-        const T* pb = probs.data() + b * H * TT;
-        const T* qb = x + b * Tn * D3;
-        T* dxb = t.data + b * Tn * D3;
-        // dP = dO V^T; dV = P^T dO
-        Backend<D>::gemm_batched(H, false, true, Tn, Tn, hd, T(1), gb, Dm, hd, qb + 2 * Dm, D3, hd, T(0), dp.data(), Tn,
-                                 TT);
-        Backend<D>::gemm_batched(H, true, false, Tn, hd, Tn, T(1), pb, Tn, TT, gb, Dm, hd, beta, dxb + 2 * Dm, D3, hd);
-        // dS = P * (dP - rowsum(dP * P)) (the softmax VJP accumulates, so into a zeroed dS)
-        D::template fill_zero<T>(ds.data(), H * TT);
-        Backend<D>::softmax_backward(pb, dp.data(), ds.data(), H * Tn, Tn, 1, false);
-        // dQ = scale dS K; dK = scale dS^T Q
-        Backend<D>::gemm_batched(H, false, false, Tn, hd, Tn, scale, ds.data(), Tn, TT, qb + Dm, D3, hd, beta, dxb, D3,
-                                 hd);
-        Backend<D>::gemm_batched(H, true, false, Tn, hd, Tn, scale, ds.data(), Tn, TT, qb, D3, hd, beta, dxb + Dm, D3, hd);
+      } else {
+        // Per-sample scratch for dP and dS (reused, cache-resident).
+        Tensor<T, DynShape<3>, D> dp(DynShape<3>(H, Tn, Tn)), ds(DynShape<3>(H, Tn, Tn));
+        const T* x = saved.data();
+        for (index_t b = 0; b < B; ++b) {
+          const T* gb = g + b * Tn * Dm;
+          const T* pb = probs.data() + b * H * TT;
+          const T* qb = x + b * Tn * D3;
+          T* dxb = t.data + b * Tn * D3;
+          // dP = dO V^T; dV = P^T dO
+          Backend<D>::gemm_batched(H, false, true, Tn, Tn, hd, T(1), gb, Dm, hd, qb + 2 * Dm, D3, hd, T(0), dp.data(), Tn,
+                                   TT);
+          Backend<D>::gemm_batched(H, true, false, Tn, hd, Tn, T(1), pb, Tn, TT, gb, Dm, hd, beta, dxb + 2 * Dm, D3, hd);
+          // dS = P * (dP - rowsum(dP * P)) (the softmax VJP accumulates, so into a zeroed dS)
+          D::template fill_zero<T>(ds.data(), H * TT);
+          Backend<D>::softmax_backward(pb, dp.data(), ds.data(), H * Tn, Tn, 1, false);
+          // dQ = scale dS K; dK = scale dS^T Q
+          Backend<D>::gemm_batched(H, false, false, Tn, hd, Tn, scale, ds.data(), Tn, TT, qb + Dm, D3, hd, beta, dxb, D3,
+                                   hd);
+          Backend<D>::gemm_batched(H, true, false, Tn, hd, Tn, scale, ds.data(), Tn, TT, qb, D3, hd, beta, dxb + Dm, D3, hd);
+        }
       }
     });
   }

@@ -127,16 +127,14 @@ struct NormKernels {
           // dxhat = g * gamma; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
           if (ga)
             for (index_t d = 0; d < dim; ++d) dh[d] = gr[d] * ga[d];
-          else
-            std::copy(gr, gr + dim, dh.data());
-          const T* v = dh.data();
+          const T* v = ga ? dh.data() : gr;  // dxhat = g * gamma (g itself without a scale)
           const double m1 = detail::sum_in_double(dim, [v](index_t d) { return double(v[d]); });
           const double m2 = detail::sum_in_double(dim, [v, r, mu, rs](index_t d) {
             return double(v[d]) * double((r[d] - mu) * rs);
           });
           const T a = T(m1 / double(dim)), c = T(m2 / double(dim));
           T* o = dx + n * dim;
-          for (index_t d = 0; d < dim; ++d) o[d] += rs * (dh[d] - a - (r[d] - mu) * rs * c);
+          for (index_t d = 0; d < dim; ++d) o[d] += rs * (v[d] - a - (r[d] - mu) * rs * c);
         }
       }
     });
