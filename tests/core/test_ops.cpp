@@ -353,6 +353,49 @@ TEST_CASE("float GEMM on the packed kernel: every transpose, ragged tiles, K ove
     cpu_backend::GemmKernels::gemm_bias(false, true, M, N, K, 2.0, ad.data(), K, bd.data(), K, biasd.data(), cd.data(), N);
     CHECK_CLOSE(cd, want, 1e-12, 1e-12);
   }
+  // gemm_epilogue: bias + residual, then GELU in place / beside the pre-activation / GELU's VJP, on
+  // the packed kernel (float; K = 900 spans three k-blocks, so the activation must wait for the last
+  // one; M and N leave edge tiles; N = 128 takes the 6 x 64 tile) and on the GEMM-then-pass path
+  // (double), against the same computation in double.
+  for (const auto& mnk : {std::array<index_t, 3>{150, 100, 900}, {67, 128, 70}, {5, 7, 3}}) {
+    const index_t M = mnk[0], N = mnk[1], K = mnk[2];  // not a structured binding: clang 14 cannot capture one
+    const auto a = random_values<float>(M * K, -1, 1, 550), b = random_values<float>(N * K, -1, 1, 551);
+    const auto bias = random_values<float>(N, -1, 1, 552), res = random_values<float>(M * N, -2, 2, 553);
+    const auto pre_in = random_values<float>(M * N, -3, 3, 554);
+    const auto ab = mm_ref(false, true, M, N, K, a.data(), b.data());
+    std::vector<double> z(M * N), gelu_z(M * N), vjp_z(M * N);
+    for (index_t i = 0; i < M * N; ++i) {
+      z[i] = 0.5 * ab[i] + bias[i % N] + res[i];
+      gelu_z[i] = op::gelu::apply(z[i]);
+      double ga;
+      op::gelu::vjp(double(pre_in[i]), 0.0, z[i], ga);
+      vjp_z[i] = ga;
+    }
+    auto run = [&]<class T>(T, int mode) {  // mode 0: in place, 1: pre kept beside, 2: VJP
+      const std::vector<T> at(a.begin(), a.end()), bt(b.begin(), b.end()), biast(bias.begin(), bias.end());
+      const std::vector<T> rt(res.begin(), res.end()), pt(pre_in.begin(), pre_in.end());
+      std::vector<T> c(M * N, std::numeric_limits<T>::quiet_NaN()), act(M * N, std::numeric_limits<T>::quiet_NaN());
+      GemmEpilogue<T> ep;
+      ep.bias = biast.data(), ep.residual = rt.data(), ep.ld_residual = N;
+      if (mode == 1) ep.activated = act.data(), ep.ld_activated = N;
+      if (mode == 2) ep.act_input = pt.data(), ep.ld_act_input = N;
+      cpu_backend::GemmKernels::gemm_epilogue<op::gelu>(false, true, M, N, K, T(0.5), at.data(), K, bt.data(), K,
+                                                        c.data(), N, ep);
+      return std::pair{c, act};
+    };
+    for (int threads : {1, 2}) {
+      cpu_backend::set_num_threads(std::size_t(threads));
+      INFO("M " << M << " N " << N << " K " << K << " threads " << threads);
+      const double tol = mm_tol<float>(K) * 4;  // GELU and its VJP have slopes of at most ~1.13
+      CHECK_CLOSE(run(0.f, 0).first, gelu_z, tol, tol);
+      const auto [pre, act] = run(0.f, 1);
+      CHECK_CLOSE(pre, z, tol, tol);
+      CHECK_CLOSE(act, gelu_z, tol, tol);
+      CHECK_CLOSE(run(0.f, 2).first, vjp_z, tol, tol);
+      CHECK_CLOSE(run(0.0, 0).first, gelu_z, 1e-12, 1e-12);
+      CHECK_CLOSE(run(0.0, 2).first, vjp_z, 1e-12, 1e-12);
+    }
+  }
   // Inside a pool job (nested) the GEMM runs serially on the calling thread and still answers right.
   cpu_backend::set_num_threads(2);
   const index_t M = 96, N = 96, K = 64;

@@ -316,13 +316,17 @@ GRADCHECK_CASE("softmax_entropy") {
 }
 
 // ---- linear layers, MLPs, dropout ----------------------------------------------------------------
+namespace {
+/// nn::Linear with weight = input 1 and, when `bias`, bias = input 2.
+nn::Linear<double> linear_from(const Inputs& in, bool bias) {
+  nn::Linear<double> l;
+  l.weight = in.get<2>(1);
+  if (bias) l.bias = in.get<1>(2);
+  return l;
+}
+}  // namespace
 GRADCHECK_CASE("nn_linear") {
-  auto layer = [](const Inputs& in, bool bias) {
-    nn::Linear<double> l;
-    l.weight = in.get<2>(1);
-    if (bias) l.bias = in.get<1>(2);
-    return l;
-  };
+  const auto layer = linear_from;
   return Case()
       .variant("[N,in] with bias", [](Rng& r) { auto i = r.ext(1, 5), o = r.ext(1, 5); return Shapes{{r.ext(1, 5), i}, {o, i}, {o}}; },
                [layer](const Inputs& in) -> Output { return layer(in, true)(in.get<2>(0)); })
@@ -336,15 +340,17 @@ Shapes mlp_shapes(Rng& r) {
   const index_t d = r.ext(1, 4), h = r.ext(1, 6);
   return {{r.ext(1, 2), r.ext(1, 3), d}, {h, d}, {h}, {d, h}, {d}};
 }
-Output mlp(const Inputs& in, nn::Activation act) {
+/// nn::Mlp with act and fc1.{weight,bias}, fc2.{weight,bias} = inputs 1-4.
+nn::Mlp<double> mlp_from(const Inputs& in, nn::Activation act = nn::Activation::gelu) {
   nn::Mlp<double> m;
   m.act = act;
   m.fc1.weight = in.get<2>(1);
   m.fc1.bias = in.get<1>(2);
   m.fc2.weight = in.get<2>(3);
   m.fc2.bias = in.get<1>(4);
-  return m(in.get<3>(0));
+  return m;
 }
+Output mlp(const Inputs& in, nn::Activation act) { return mlp_from(in, act)(in.get<3>(0)); }
 }  // namespace
 GRADCHECK_CASE("mlp") {
   // timm Mlp fc2(act(fc1(x))) for each activation; relu's kink at 0 lies on fc1's output, so the
@@ -355,6 +361,76 @@ GRADCHECK_CASE("mlp") {
       .variant("gelu_tanh", mlp_shapes, [](const Inputs& in) { return mlp(in, nn::Activation::gelu_tanh); })
       .variant("silu", mlp_shapes, [](const Inputs& in) { return mlp(in, nn::Activation::silu); })
       .variant("relu", mlp_shapes, [](const Inputs& in) { return mlp(in, nn::Activation::relu); });
+}
+// The residual forms: r + linear(x) and r + mlp(x) are one op each (ops/linear.hpp, ops/mlp.hpp),
+// the residual added in the GEMM's store and handed the output gradient's buffer backward.
+namespace {
+Shapes mlp_residual_shapes(Rng& r) {
+  auto s = mlp_shapes(r);
+  s.push_back(s[0]);  // r [B, T, d]
+  return s;
+}
+Output mlp_residual(const Inputs& in, nn::Activation act) { return mlp_from(in, act)(in.get<3>(0), in.get<3>(5)); }
+}  // namespace
+GRADCHECK_CASE("mlp_residual") {
+  return Case()
+      .kink(preactivation_kink(0, 1, 2))
+      .variant("r + mlp(x), gelu (exact)", mlp_residual_shapes,
+               [](const Inputs& in) { return mlp_residual(in, nn::Activation::gelu); })
+      .variant("gelu_tanh", mlp_residual_shapes, [](const Inputs& in) { return mlp_residual(in, nn::Activation::gelu_tanh); })
+      .variant("silu", mlp_residual_shapes, [](const Inputs& in) { return mlp_residual(in, nn::Activation::silu); })
+      .variant("relu", mlp_residual_shapes, [](const Inputs& in) { return mlp_residual(in, nn::Activation::relu); })
+      .variant("residual is a computed activation (its gradient buffer taken over)", mlp_residual_shapes,
+               [](const Inputs& in) -> Output {
+                 // tanh(r) is a non-leaf that the fused op's output gradient reaches first.
+                 Tensor<double, DynShape<3>> r = tanh(in.get<3>(5));
+                 return mlp_from(in)(in.get<3>(0), r);
+               })
+      .variant("residual is the MLP's own input, used again after", mlp_residual_shapes, [](const Inputs& in) -> Output {
+        Tensor<double, DynShape<3>> x = in.get<3>(0) * in.get<3>(5);
+        return mlp_from(in)(x, x) * x;
+      });
+}
+GRADCHECK_CASE("mlp_residual_frozen_fc1") {
+  // x, W1, b1 frozen: no d(pre), so the forward applies the activation in place and keeps no pre.
+  return Case()
+      .constant_input(0)
+      .constant_input(1)
+      .constant_input(2)
+      .variant("gradients to W2, b2 and r only", mlp_residual_shapes,
+               [](const Inputs& in) { return mlp_residual(in, nn::Activation::gelu); });
+}
+GRADCHECK_CASE("mlp_residual_frozen_weights") {
+  // MoETTA's situation: every weight frozen, gradients to the input and the residual stream.
+  return Case()
+      .constant_input(1)
+      .constant_input(2)
+      .constant_input(3)
+      .constant_input(4)
+      .variant("gradients to x and r only", mlp_residual_shapes,
+               [](const Inputs& in) { return mlp_residual(in, nn::Activation::gelu); });
+}
+GRADCHECK_CASE("linear_residual") {
+  const auto layer = linear_from;
+  return Case()
+      .variant("r + x W^T + b", [](Rng& r) {
+                 auto n = r.ext(1, 4), t = r.ext(1, 3), i = r.ext(1, 5), o = r.ext(1, 5);
+                 return Shapes{{n, t, i}, {o, i}, {o}, {n, t, o}};
+               },
+               [layer](const Inputs& in) -> Output { return layer(in, true)(in.get<3>(0), in.get<3>(3)); })
+      .variant("r + x W^T (no bias)", [](Rng& r) {
+                 auto n = r.ext(1, 4), i = r.ext(1, 5), o = r.ext(1, 5);
+                 return Shapes{{n, i}, {o, i}, {n, o}};
+               },
+               [layer](const Inputs& in) -> Output { return layer(in, false)(in.get<2>(0), in.get<2>(2)); })
+      .variant("x + x W^T + b (the residual is the input)", [](Rng& r) {
+                 auto n = r.ext(1, 4), d = r.ext(1, 5);
+                 return Shapes{{n, d}, {d, d}, {d}, {n, d}};
+               },
+               [layer](const Inputs& in) -> Output {
+                 Tensor<double, DynShape<2>> x = in.get<2>(0) * in.get<2>(3);
+                 return layer(in, true)(x, x);
+               });
 }
 GRADCHECK_CASE("swiglu_mlp") {
   auto shapes = [](Rng& r) {

@@ -92,6 +92,39 @@ void gelu_tanh_case() { activation_case<T>("gelu_tanh", nn::Activation::gelu_tan
 template <class T>
 void silu_case() { activation_case<T>("silu", nn::Activation::silu); }
 
+/// The two residual branches of a timm ViT block, each one op: r + proj(x) and r + mlp(x).
+template <class T>
+struct ResidualBranches {
+  nn::Linear<T> proj;
+  nn::Mlp<T> mlp;
+  template <class V>
+  void visit_parameters(V& v) {
+    v.sub("proj", proj);
+    v.sub("mlp", mlp);
+  }
+};
+template <class T>
+void vit_residual_branches_case() {
+  Fixture f("vit_residual_branches");
+  const auto ws = f.shape("param.mlp.fc1.weight");
+  ResidualBranches<T> m{nn::Linear<T>(ws[1], ws[1]), nn::Mlp<T>(ws[1], ws[0])};
+  load_params<T>(f, m);
+  auto x = input<3, T>(f, "x");
+  auto r = input<3, T>(f, "r");
+  {
+    autograd::Tape tape;
+    auto yp = m.proj(x, r);
+    auto ym = m.mlp(x, r);
+    check(f, "vit_residual_branches", "out.proj", yp, tol<T>());
+    check(f, "vit_residual_branches", "out.mlp", ym, tol<T>());
+    Tensor<T, Shape<>> loss = loss_term(f, "proj", yp) + loss_term(f, "mlp", ym);
+    autograd::backward(tape, loss);
+  }
+  check(f, "vit_residual_branches", "grad.in.x", x.grad(), tol<T>());
+  check(f, "vit_residual_branches", "grad.in.r", r.grad(), tol<T>());
+  check_param_grads<T>(f, "vit_residual_branches", m, tol<T>());
+}
+
 template <class T>
 void swiglu_case() {
   Fixture f("swiglu_mlp");
@@ -241,6 +274,7 @@ TEST_CASE("parity: gelu_exact") { BOTH_PRECISIONS(gelu_exact_case) }
 TEST_CASE("parity: gelu_tanh") { BOTH_PRECISIONS(gelu_tanh_case) }
 TEST_CASE("parity: silu") { BOTH_PRECISIONS(silu_case) }
 TEST_CASE("parity: swiglu_mlp") { BOTH_PRECISIONS(swiglu_case) }
+TEST_CASE("parity: vit_residual_branches") { BOTH_PRECISIONS(vit_residual_branches_case) }
 TEST_CASE("parity: embedding") { BOTH_PRECISIONS(embedding_case) }
 TEST_CASE("parity: rope") { BOTH_PRECISIONS(rope_case) }
 TEST_CASE("parity: patch_embed") { BOTH_PRECISIONS(patch_embed_case) }

@@ -165,6 +165,41 @@ def swiglu_mlp(seed):
     return c
 
 
+@register("vit_residual_branches", 1017)
+def vit_residual_branches(seed):
+    """The two GEMM-closed residual branches of a timm ViT block: r + proj(x) and r + fc2(gelu(fc1(x))).
+    Sizes large enough (80 rows, D 192, hidden 768) that ttmoe's float run takes its packed AVX-512
+    GEMM, whose store adds the residual and applies GELU (forward) and GELU's VJP (backward)."""
+    D, H = 192, 768
+    c = Case("vit_residual_branches", seed, dim=D, hidden=H, act="gelu")
+    c.input("x", randn(2, 40, D), grad=True)
+    c.input("r", randn(2, 40, D), grad=True)
+    c.param("proj.weight", randn(D, D, scale=D ** -0.5))
+    c.param("proj.bias", randn(D, scale=0.1))
+    c.param("mlp.fc1.weight", randn(H, D, scale=D ** -0.5))
+    c.param("mlp.fc1.bias", randn(H, scale=0.1))
+    c.param("mlp.fc2.weight", randn(D, H, scale=H ** -0.5))
+    c.param("mlp.fc2.bias", randn(D, scale=0.1))
+
+    def fwd(i, p):
+        x, r = i["x"], i["r"]
+        hidden = F.gelu(F.linear(x, p["mlp.fc1.weight"], p["mlp.fc1.bias"]))
+        return {"proj": r + F.linear(x, p["proj.weight"], p["proj.bias"]),
+                "mlp": r + F.linear(hidden, p["mlp.fc2.weight"], p["mlp.fc2.bias"])}
+
+    def cross(t):
+        x, r = t["in.x"], t["in.r"]
+        pre = x @ t["param.mlp.fc1.weight"].T + t["param.mlp.fc1.bias"]
+        hidden = 0.5 * pre * (1 + torch.erf(pre / math.sqrt(2)))
+        _close(hidden @ t["param.mlp.fc2.weight"].T + t["param.mlp.fc2.bias"] + r, t["out.mlp"], what="mlp")
+        _close(x @ t["param.proj.weight"].T + t["param.proj.bias"] + r, t["out.proj"], what="proj")
+
+    c.forward = fwd
+    c.loss("proj", "mlp")
+    c.crosscheck = cross
+    return c
+
+
 @register("embedding", 1009)
 def embedding(seed):
     V, D = 11, 6

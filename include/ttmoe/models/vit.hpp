@@ -47,10 +47,10 @@ struct ViTBlock {
   /// x [B, T, D] -> same shape type.
   template <class ST>
   Tensor<T, ST, D> forward(const Tensor<T, ST, D>& x) const {
-    Tensor<T, ST, D> a = attn(norm1(x)).template as<ST>("ViTBlock attn");
-    Tensor<T, ST, D> h = x + a;
-    Tensor<T, ST, D> m = Tensor<T, DynShape<3>, D>(mlp(norm2(h))).template as<ST>("ViTBlock mlp");
-    return h + m;
+    // Each residual add rides on the store of the GEMM that closes its branch (ops/linear.hpp,
+    // ops/mlp.hpp): no pass of its own forward, no gradient copy backward.
+    Tensor<T, ST, D> h = attn(norm1(x), x).template as<ST>("ViTBlock attn");
+    return mlp(norm2(h), h).template as<ST>("ViTBlock mlp");
   }
 
   template <class V>

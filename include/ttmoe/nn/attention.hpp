@@ -26,15 +26,29 @@ struct Attention {
   /// x [B, T, D] -> [B, T, D].
   template <class S>
   Tensor<T, DynShape<3>, D> forward(const Tensor<T, S, D>& x) const {
-    static_assert(S::rank == 3, "Attention: x is [B, T, D]");
-    const index_t hd = x.extent(2) / num_heads;
-    // One op from the qkv activation to the merged heads: no permute copies (ops/attention.hpp).
-    auto merged = fused_qkv_attention(qkv(x), num_heads, static_cast<T>(1.0 / std::sqrt(double(hd))));
-    return proj(merged);
+    return proj(heads(x));
+  }
+  /// residual + attention(x): the residual stream closes in the output projection's store.
+  template <class S, class R>
+  Tensor<T, DynShape<3>, D> forward(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
+    return proj(heads(x), residual);
   }
   template <class S>
   auto operator()(const Tensor<T, S, D>& x) const {
     return forward(x);
+  }
+  template <class S, class R>
+  auto operator()(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
+    return forward(x, residual);
+  }
+
+  /// The merged heads [B, T, D] before the output projection.
+  template <class S>
+  Tensor<T, DynShape<3>, D> heads(const Tensor<T, S, D>& x) const {
+    static_assert(S::rank == 3, "Attention: x is [B, T, D]");
+    const index_t hd = x.extent(2) / num_heads;
+    // One op from the qkv activation to the merged heads: no permute copies (ops/attention.hpp).
+    return fused_qkv_attention(qkv(x), num_heads, static_cast<T>(1.0 / std::sqrt(double(hd))));
   }
 
   template <class V>

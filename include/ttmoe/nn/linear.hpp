@@ -38,9 +38,18 @@ struct Linear {
   Tensor<T, DynShape<S::rank>, D> forward(const Tensor<T, S, D>& x) const {
     return linear(x, weight, bias);
   }
+  /// residual + x W^T + b: the residual (the output's shape) is added as the GEMM stores.
+  template <class S, class R>
+  Tensor<T, DynShape<S::rank>, D> forward(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
+    return linear(x, weight, bias, residual);
+  }
   template <class S>
   auto operator()(const Tensor<T, S, D>& x) const {
     return forward(x);
+  }
+  template <class S, class R>
+  auto operator()(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
+    return forward(x, residual);
   }
 
   template <class V>

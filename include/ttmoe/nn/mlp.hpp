@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "ttmoe/nn/linear.hpp"
+#include "ttmoe/ops/mlp.hpp"
 
 namespace ttmoe::nn {
 
@@ -63,9 +64,28 @@ struct Mlp {
   auto forward(const Tensor<T, S, D>& x) const {
     return fc2(activate(act, fc1(x)));
   }
+  /// residual + fc2(act(fc1(x))) as one op (ops/mlp.hpp): the activation and the residual ride on
+  /// the GEMMs' stores, forward and backward.
+  template <class S, class R>
+  Tensor<T, DynShape<S::rank>, D> forward(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
+    auto run = [&]<class Act>(Act) {
+      return fused_mlp<Act>(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, residual);
+    };
+    switch (act) {
+      case Activation::gelu_tanh: return run(op::gelu_tanh{});
+      case Activation::silu: return run(op::silu{});
+      case Activation::relu: return run(op::relu{});
+      case Activation::gelu: break;
+    }
+    return run(op::gelu{});
+  }
   template <class S>
   auto operator()(const Tensor<T, S, D>& x) const {
     return forward(x);
+  }
+  template <class S, class R>
+  auto operator()(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
+    return forward(x, residual);
   }
 
   template <class V>

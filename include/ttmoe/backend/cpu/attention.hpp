@@ -1,6 +1,6 @@
 #pragma once
 // Multi-head attention on a fused qkv activation, head by head on the CPU: one parallel region over
-// the (sample, head) pairs, each running its whole chain (scores, softmax, weighted values; or the
+// the (sample, head) pairs, taken one at a time from a shared counter, each running its whole chain (scores, softmax, weighted values; or the
 // five steps of the VJP) on one thread with serial GEMMs.
 //
 // Why not the generic composition (a batched GEMM over the heads, a softmax over all of a sample's
@@ -15,6 +15,7 @@
 #include "ttmoe/backend/cpu/gemm.hpp"
 #include "ttmoe/backend/cpu/reduce.hpp"
 #include "ttmoe/core/device.hpp"
+#include "ttmoe/core/storage.hpp"
 
 namespace ttmoe::cpu_backend {
 
@@ -25,8 +26,8 @@ struct AttentionKernels {
   static void qkv_attention_forward(const T* qkv, index_t B, index_t Tn, index_t H, index_t hd, T scale, T* probs,
                                     T* out) {
     const index_t Dm = H * hd, D3 = 3 * Dm, TT = Tn * Tn;
-    parallel_for(B * H, 1, [&](index_t b0, index_t b1) {
-      for (index_t bh = b0; bh < b1; ++bh) {
+    ThreadPool::instance().parallel_items(B * H, [&] {
+      return [&](index_t bh) {
         const index_t b = bh / H, h = bh % H;
         const T* q = qkv + b * Tn * D3 + h * hd;
         T* p = probs + bh * TT;
@@ -34,7 +35,7 @@ struct AttentionKernels {
         for (index_t r = 0; r < Tn; ++r) detail::softmax_row(p + r * Tn, p + r * Tn, Tn);
         GemmKernels::serial_gemm(false, false, Tn, hd, Tn, T(1), p, Tn, q + 2 * Dm, D3, T(0), out + b * Tn * Dm + h * hd,
                                  Dm);
-      }
+      };
     });
   }
 
@@ -44,9 +45,10 @@ struct AttentionKernels {
   static void qkv_attention_backward(const T* g, const T* qkv, const T* probs, index_t B, index_t Tn, index_t H,
                                      index_t hd, T scale, T beta, T* dqkv) {
     const index_t Dm = H * hd, D3 = 3 * Dm, TT = Tn * Tn;
-    parallel_for(B * H, 1, [&](index_t b0, index_t b1) {
-      T* ds = cpu::allocate<T>(TT);  // dP, then dS in place; pool-backed, so reused call after call
-      for (index_t bh = b0; bh < b1; ++bh) {
+    ThreadPool::instance().parallel_items(B * H, [&] {
+      // dP, then dS in place: one scratch per thread, from the caching pool (reused call after call).
+      return [&, scratch = make_buffer<T, cpu>(TT)](index_t bh) {
+        T* ds = scratch->data();
         const index_t b = bh / H, h = bh % H;
         const T* q = qkv + b * Tn * D3 + h * hd;
         const T* go = g + b * Tn * Dm + h * hd;
@@ -57,8 +59,7 @@ struct AttentionKernels {
         for (index_t r = 0; r < Tn; ++r) detail::softmax_backward_row(p + r * Tn, ds + r * Tn, ds + r * Tn, Tn, false);
         GemmKernels::serial_gemm(false, false, Tn, hd, Tn, scale, ds, Tn, q + Dm, D3, beta, dq, D3);
         GemmKernels::serial_gemm(true, false, Tn, hd, Tn, scale, ds, Tn, q, D3, beta, dq + Dm, D3);
-      }
-      cpu::deallocate<T>(ds, TT);
+      };
     });
   }
 };

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "ttmoe/backend/cpu/gemm_avx512.hpp"
+#include "ttmoe/backend/cpu/gemm_epilogue.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 
 #if defined(TTMOE_USE_CBLAS)
@@ -118,11 +119,21 @@ struct GemmKernels {
   }
 
   /// C[M,N] = alpha * op(A) op(B) + bias (bias [N] added to every row; C is not read): nn.Linear's
-  /// forward. The packed AVX-512 kernel adds the bias as it writes C; otherwise C's rows start as
-  /// the bias and the GEMM accumulates onto them.
+  /// forward, gemm_epilogue with a bias alone.
   template <class T>
   static void gemm_bias(bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, const T* A, index_t lda,
                         const T* B, index_t ldb, const T* bias, T* C, index_t ldc) {
+    GemmEpilogue<T> ep;
+    ep.bias = bias;
+    gemm_epilogue<void>(ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc, ep);
+  }
+
+  /// C[M,N] = alpha * op(A) op(B) finished by `ep` (bias, residual, activation Act or its VJP; see
+  /// GemmEpilogue; C is not read). The packed AVX-512 kernel does the epilogue as it stores each tile;
+  /// otherwise the GEMM writes C and one more pass applies it.
+  template <class Act, class T>
+  static void gemm_epilogue(bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, const T* A, index_t lda,
+                            const T* B, index_t ldb, T* C, index_t ldc, const GemmEpilogue<T>& ep) {
     if (M == 0 || N == 0) return;
   #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float>) {
@@ -131,15 +142,13 @@ struct GemmKernels {
           && ThreadPool::in_parallel()  // CBLAS takes the rest, as in gemm()
   #endif
       ) {
-        avx512::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, T(0), C, ldc, bias);
+        avx512::gemm<Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, T(0), C, ldc, ep);
         return;
       }
     }
   #endif
-    parallel_for(M, std::max<index_t>(1, 16384 / N), [&](index_t b, index_t e) {
-      for (index_t i = b; i < e; ++i) std::copy(bias, bias + N, C + i * ldc);
-    });
-    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, T(1), C, ldc);
+    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, T(0), C, ldc);
+    apply_epilogue<Act>(M, N, C, ldc, ep);
   }
 
   /// Batched GEMM over `batch` independent problems with element strides between them

@@ -22,7 +22,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
+#include "ttmoe/backend/cpu/gemm_epilogue.hpp"
+#include "ttmoe/backend/cpu/simd_math.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 #include "ttmoe/core/device.hpp"
 
@@ -43,23 +46,28 @@ inline constexpr index_t NR = Tile8x48::NR;  // the narrowest sliver
 inline constexpr index_t KC = 384;  // depth of a packed block: an A sliver (<= 12 KiB) stays in L1
 inline constexpr index_t NC = 384;  // columns per B block within a k-block (576 KiB, L2); a multiple of both NRs
 
-/// How a micro-tile's result meets C: C = alpha acc (+ bias[column] when a bias is given; beta 0,
-/// C not read: it may be uninitialised), C = beta C + alpha acc (first k-block), or C += alpha acc
-/// (later k-blocks).
+/// How a micro-tile's result meets C: C = alpha acc (+ bias and residual when given; beta 0, C not
+/// read: it may be uninitialised), C = beta C + alpha acc (first k-block), or C += alpha acc (later
+/// k-blocks).
 enum class Update { assign, scale_add, add };
 
-/// Writes the accumulators of a micro-tile to C (mr x nr of it, leading dimension ldc) as `up` says;
-/// `bias` (null or the tile's first column's bias) is added by Update::assign only.
-template <class Tl>
+/// Writes the accumulators of a micro-tile to C (mr x nr of it, leading dimension ldc) as `up` says.
+/// `ep` is the GEMM's epilogue moved to this tile (GemmEpilogue::at): its bias and residual join the
+/// first k-block's store, its activation (Act, void for none) the last one's (`last`), so the
+/// activation sees the finished sum.
+template <class Tl, class Act>
 __attribute__((always_inline)) inline void store_tile(__m512 (&acc)[Tl::MR][Tl::NV], float* c, index_t ldc,
-                                                      float alpha, float beta, Update up, const float* bias,
-                                                      index_t mr, index_t nr) {
+                                                      float alpha, float beta, Update up, bool last,
+                                                      const ttmoe::GemmEpilogue<float>& ep, index_t mr, index_t nr) {
   constexpr index_t MR = Tl::MR, NR = Tl::NR;
   constexpr int NV = Tl::NV;
-  const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
+  using V = xsimd::batch<float, xsimd::avx512f>;
+  const bool act = !std::is_void_v<Act> && last;
+  const float* res = up == Update::add ? nullptr : ep.residual;
   if (mr == MR && nr == NR) {
+    const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
     __m512 bb[NV];
-    for (int v = 0; v < NV; ++v) bb[v] = bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
+    for (int v = 0; v < NV; ++v) bb[v] = ep.bias ? _mm512_loadu_ps(ep.bias + 16 * v) : _mm512_setzero_ps();
     for (index_t r = 0; r < MR; ++r) {
       float* cr = c + r * ldc;
       for (int v = 0; v < NV; ++v) {
@@ -68,6 +76,20 @@ __attribute__((always_inline)) inline void store_tile(__m512 (&acc)[Tl::MR][Tl::
         if (up == Update::assign) y = _mm512_add_ps(x, bb[v]);
         else if (up == Update::scale_add) y = _mm512_fmadd_ps(be, _mm512_loadu_ps(cr + 16 * v), x);
         else y = _mm512_add_ps(_mm512_loadu_ps(cr + 16 * v), x);
+        if (res) y = _mm512_add_ps(y, _mm512_loadu_ps(res + r * ep.ld_residual + 16 * v));
+        if constexpr (!std::is_void_v<Act>) {
+          if (act) {
+            if (ep.act_input) {  // the activation's VJP at its input, applied to the gradient y
+              V ga;
+              Act::vjp(V(_mm512_loadu_ps(ep.act_input + r * ep.ld_act_input + 16 * v)), V(0.f), V(y), ga);
+              y = ga;
+            } else if (ep.activated) {  // keep the pre-activation in C, the activation beside it
+              _mm512_storeu_ps(ep.activated + r * ep.ld_activated + 16 * v, Act::apply(V(y)));
+            } else {
+              y = Act::apply(V(y));
+            }
+          }
+        }
         _mm512_storeu_ps(cr + 16 * v, y);
       }
     }
@@ -80,16 +102,22 @@ __attribute__((always_inline)) inline void store_tile(__m512 (&acc)[Tl::MR][Tl::
     for (index_t j = 0; j < nr; ++j) {
       float& y = c[r * ldc + j];
       const float x = alpha * t[r * NR + j];
-      y = up == Update::assign ? x + (bias ? bias[j] : 0.f) : up == Update::scale_add ? beta * y + x : y + x;
+      float v = up == Update::assign ? x + (ep.bias ? ep.bias[j] : 0.f) : up == Update::scale_add ? beta * y + x : y + x;
+      if (res) v += res[r * ep.ld_residual + j];
+      if constexpr (!std::is_void_v<Act>) {
+        if (act) v = ep.finish_scalar<Act>(v, r, j);
+      }
+      y = v;
     }
 }
 
 /// One micro-tile: acc = A sliver x B sliver over kc, then store_tile. A is a packed sliver
 /// ([k][r], `rows` null) or, unpacked, MR row pointers stepping `a_k` floats per k (read in place
 /// when B has so few slivers that packing A would cost more than it saves).
-template <class Tl>
+template <class Tl, class Act>
 inline void micro_kernel(index_t kc, const float* a, const float* const* rows, index_t a_k, const float* b, float* c,
-                         index_t ldc, float alpha, float beta, Update up, const float* bias, index_t mr, index_t nr) {
+                         index_t ldc, float alpha, float beta, Update up, bool last, const ttmoe::GemmEpilogue<float>& ep,
+                         index_t mr, index_t nr) {
   constexpr index_t MR = Tl::MR, NR = Tl::NR;
   constexpr int NV = Tl::NV;
   __m512 acc[MR][NV];
@@ -125,7 +153,7 @@ inline void micro_kernel(index_t kc, const float* a, const float* const* rows, i
       b += NR;
     }
   }
-  store_tile<Tl>(acc, c, ldc, alpha, beta, up, bias, mr, nr);
+  store_tile<Tl, Act>(acc, c, ldc, alpha, beta, up, last, ep, mr, nr);
 }
 
 /// Packs op(A)[m0 : m0 + mc, k0 : k0 + kc] into slivers of MR rows ([k][r], zero rows past mc).
@@ -243,16 +271,16 @@ inline bool suits(index_t M, index_t N, index_t K) {
 }
 
 /// C = alpha op(A) op(B) + beta C on the pool's threads (serially inside a parallel region) with
-/// micro-tile shape Tl. With a `bias` [N] (beta must then be 0) C = alpha op(A) op(B) + bias, in the
-/// same single pass over C.
+/// micro-tile shape Tl, finished by the epilogue `ep` (bias, residual, activation Act; see
+/// GemmEpilogue) in the same single pass over C.
 ///
 /// The threads first pack all of op(B) together (every k-block), meet at one barrier, then take
 /// chunks of rows of C from a shared counter and run each chunk through every k-block. Taking chunks
 /// rather than a fixed half each matters on shared machines: a static split with a barrier per
 /// k-block measured ~9% of a MoETTA step's thread time spent waiting for the other thread's share.
-template <class Tl>
+template <class Tl, class Act>
 inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A, index_t lda,
-                       const float* B, index_t ldb, float beta, float* C, index_t ldc, const float* bias) {
+                       const float* B, index_t ldb, float beta, float* C, index_t ldc, const ttmoe::GemmEpilogue<float>& ep) {
   constexpr index_t MR = Tl::MR, NR = Tl::NR;
   auto& pool = ThreadPool::instance();
   const std::size_t threads = ThreadPool::in_parallel() ? 1 : pool.num_threads();
@@ -293,6 +321,7 @@ inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float 
         const index_t kc = std::min(KC, K - k0);
         const float* bk = bp + (k0 / KC) * block_len;
         const Update up = k0 > 0 ? Update::add : beta == 0.f ? Update::assign : Update::scale_add;
+        const bool last = k0 + KC >= K;
         if (pack_a_too) pack_a<Tl>(ta, A, lda, r0, r1 - r0, k0, kc, my_a);
         for (index_t n0 = 0; n0 < N; n0 += NC) {
           const index_t n1 = std::min(N, n0 + NC);
@@ -306,9 +335,9 @@ inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float 
               }
             const float* as = my_a + (i / MR) * kc * MR;
             for (index_t j = n0; j < n1; j += NR)
-              micro_kernel<Tl>(kc, as, pack_a_too ? nullptr : rows, ta ? lda : 1, bk + (j / NR) * kc * NR,
-                               C + (r0 + i) * ldc + j, ldc, alpha, beta, up, bias ? bias + j : nullptr, mr,
-                               std::min(NR, N - j));
+              micro_kernel<Tl, Act>(kc, as, pack_a_too ? nullptr : rows, ta ? lda : 1, bk + (j / NR) * kc * NR,
+                                    C + (r0 + i) * ldc + j, ldc, alpha, beta, up, last, ep.at(r0 + i, j), mr,
+                                    std::min(NR, N - j));
           }
         }
       }
@@ -318,13 +347,15 @@ inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float 
   else pool.run_on_all(job);
 }
 
-/// C = alpha op(A) op(B) + beta C (+ bias, see gemm_tiled) with the tile shape that pads N least.
+/// C = alpha op(A) op(B) + beta C, finished by `ep` with activation Act (void: none; see
+/// gemm_tiled), with the tile shape that pads N least.
+template <class Act = void>
 inline void gemm(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A, index_t lda,
-                 const float* B, index_t ldb, float beta, float* C, index_t ldc, const float* bias = nullptr) {
+                 const float* B, index_t ldb, float beta, float* C, index_t ldc, const ttmoe::GemmEpilogue<float>& ep = {}) {
   if (N % Tile6x64::NR == 0 && N % Tile8x48::NR != 0)
-    gemm_tiled<Tile6x64>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+    gemm_tiled<Tile6x64, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
   else
-    gemm_tiled<Tile8x48>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+    gemm_tiled<Tile8x48, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
 }
 
 }  // namespace ttmoe::cpu_backend::avx512

@@ -95,6 +95,27 @@ class ThreadPool {
     });
   }
 
+  /// Runs body(i) for every i in [0, n), each thread taking the next item from a shared counter
+  /// rather than a fixed share: with items of a few tens of microseconds (attention heads), a vCPU
+  /// that the host slows for a while then hands its items to the others instead of keeping them all
+  /// waiting. `make_body()` runs once on each participating thread and returns that thread's body,
+  /// which may own per-thread scratch. Small n, one thread or a nested call run inline.
+  template <class MakeBody>
+  void parallel_items(index_t n, MakeBody&& make_body) {
+    if (n == 0) return;
+    if (num_threads() == 1 || n == 1 || in_parallel()) {
+      auto body = make_body();
+      for (index_t i = 0; i < n; ++i) body(i);
+      return;
+    }
+    std::atomic<index_t> next{0};
+    run_on_all([&](std::size_t, std::size_t) {
+      auto body = make_body();
+      for (index_t i = next.fetch_add(1, std::memory_order_relaxed); i < n; i = next.fetch_add(1, std::memory_order_relaxed))
+        body(i);
+    });
+  }
+
   /// True inside a pool job (nested parallel calls then run serially).
   static bool in_parallel() noexcept { return parallel_depth() > 0; }
 
