@@ -223,6 +223,16 @@ bool should_record(const Ts&... ts) {
 }
 
 // ---- view and copy definitions ------------------------------------------------------------------
+/// Adds the output gradient g (n values, held by `out`) into input `in`'s gradient: by taking over
+/// out's buffer when it is the first gradient to reach `in` and `out` does not retain it (no copy;
+/// the output drops its own reference right after its VJP), else by adding. Call it last in a VJP:
+/// once taken over, the buffer is in's to add to.
+template <class T, class D>
+void pass_gradient(autograd::GradMeta<T, D>& in, autograd::GradMeta<T, D>& out, const T* g, index_t n) {
+  if (!out.retains_grad() && in.adopt(out.grad_buffer())) return;
+  Backend<D>::add_inplace(in.accumulate_target(), g, n);
+}
+
 template <class T, ShapeType S, class D>
 Tensor<T, S, D> Tensor<T, S, D>::clone() const {
   Tensor out(shape_);
@@ -283,11 +293,9 @@ Tensor<T, S2, D> Tensor<T, S, D>::reshape(const S2& shape) const {
     auto self = meta_;
     const index_t n = numel();
     auto om = out.make_output_meta();
-    // A reshape's gradient is its output's gradient: hand the buffer over when it is the first to
-    // arrive (the output drops its own reference right after this VJP), else add it.
+    // A reshape's gradient is its output's gradient, handed on without a copy where possible.
     autograd::current_tape()->push("reshape", om, [self, o = om.get(), n](const T* g) {
-      if (!o->retains_grad() && self->adopt(o->grad_buffer())) return;
-      Backend<D>::add_inplace(self->accumulate_target(), g, n);
+      pass_gradient(*self, *o, g, n);
     });
   }
   return out;

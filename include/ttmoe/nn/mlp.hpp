@@ -11,16 +11,22 @@ namespace ttmoe::nn {
 /// Activation choice for Mlp; timm ViT uses exact (erf) GELU.
 enum class Activation { gelu, gelu_tanh, silu, relu };
 
+/// Calls f with a value of the elementwise functor `act` names (op::gelu, op::gelu_tanh, ...).
+template <class F>
+decltype(auto) visit_activation(Activation act, F&& f) {
+  switch (act) {
+    case Activation::gelu_tanh: return f(op::gelu_tanh{});
+    case Activation::silu: return f(op::silu{});
+    case Activation::relu: return f(op::relu{});
+    case Activation::gelu: break;
+  }
+  return f(op::gelu{});
+}
+
 /// Applies `act` elementwise (a fused expression, evaluated).
 template <class T, class S, class D>
 Tensor<T, S, D> activate(Activation act, const Tensor<T, S, D>& x) {
-  switch (act) {
-    case Activation::gelu_tanh: return gelu_tanh(x);
-    case Activation::silu: return silu(x);
-    case Activation::relu: return relu(x);
-    case Activation::gelu: break;
-  }
-  return gelu(x);
+  return visit_activation(act, [&]<class Act>(Act) { return Tensor<T, S, D>(expr::make_expr<Act>(x)); });
 }
 
 /// Llama MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.
@@ -68,16 +74,9 @@ struct Mlp {
   /// the GEMMs' stores, forward and backward.
   template <class S, class R>
   Tensor<T, DynShape<S::rank>, D> forward(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
-    auto run = [&]<class Act>(Act) {
+    return visit_activation(act, [&]<class Act>(Act) {
       return fused_mlp<Act>(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, residual);
-    };
-    switch (act) {
-      case Activation::gelu_tanh: return run(op::gelu_tanh{});
-      case Activation::silu: return run(op::silu{});
-      case Activation::relu: return run(op::relu{});
-      case Activation::gelu: break;
-    }
-    return run(op::gelu{});
+    });
   }
   template <class S>
   auto operator()(const Tensor<T, S, D>& x) const {

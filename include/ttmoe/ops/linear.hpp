@@ -44,16 +44,23 @@ void linear_vjp(const T* g, index_t M, index_t N, index_t K, autograd::GradMeta<
   }
 }
 
+/// Throws unless W [N, K] and b ([N] or undefined) fit an input of width K; `input` describes it.
+template <class T, class D>
+void check_linear_params(const std::string& input, index_t K, const Tensor<T, DynShape<2>, D>& w,
+                         const Tensor<T, DynShape<1>, D>& b, const char* op) {
+  if (w.extent(1) != K || (b.defined() && b.extent(0) != w.extent(0)))
+    throw ShapeError(std::string(op) + ": " + input + ", weight " + w.shape().to_string() +
+                     (b.defined() ? " and bias " + b.shape().to_string() : std::string(" (no bias)")) +
+                     " do not fit (weight is [out, in], bias [out])");
+}
+
 /// Checks linear's operands (x [..., K], W [N, K], b [N] or undefined) and returns (M, N, K).
 template <class T, ShapeType S, class D>
 std::array<index_t, 3> linear_extents(const Tensor<T, S, D>& x, const Tensor<T, DynShape<2>, D>& w,
                                       const Tensor<T, DynShape<1>, D>& b, const char* op) {
-  const index_t K = x.extent(S::rank - 1), N = w.extent(0);
-  if (w.extent(1) != K || (b.defined() && b.extent(0) != N))
-    throw ShapeError(std::string(op) + ": x " + x.shape().to_string() + ", weight " + w.shape().to_string() +
-                     (b.defined() ? " and bias " + b.shape().to_string() : std::string(" (no bias)")) +
-                     " do not fit (weight is [out, in], bias [out])");
-  return {x.numel() / (K == 0 ? 1 : K), N, K};
+  const index_t K = x.extent(S::rank - 1);
+  check_linear_params("x " + x.shape().to_string(), K, w, b, op);
+  return {x.numel() / (K == 0 ? 1 : K), w.extent(0), K};
 }
 
 /// x's extents with the last one replaced by n.

@@ -34,10 +34,7 @@ Tensor<T, DynShape<S::rank>, D> fused_mlp(const Tensor<T, S, D>& x, const Tensor
                 "ttmoe: fused_mlp takes op::gelu, op::gelu_tanh, op::silu or op::relu");
   constexpr const char* op = "fused_mlp";
   const auto [M, H, K] = detail::linear_extents(x, w1, b1, "fused_mlp (fc1)");
-  if (w2.extent(1) != H || (b2.defined() && b2.extent(0) != w2.extent(0)))
-    throw ShapeError(std::string("fused_mlp (fc2): weight ") + w2.shape().to_string() +
-                     (b2.defined() ? " and bias " + b2.shape().to_string() : std::string(" (no bias)")) +
-                     " do not fit the hidden width " + std::to_string(H) + " (weight is [out, hidden])");
+  detail::check_linear_params("hidden width " + std::to_string(H), H, w2, b2, "fused_mlp (fc2)");
   const index_t N = w2.extent(0);
   const auto shape = detail::with_last_extent(x, N, op);
   detail::check_residual(r, shape, op);

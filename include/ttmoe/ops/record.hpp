@@ -13,21 +13,13 @@ void record(const char* name, Tensor<T, S, D>& out, F&& vjp) {
   autograd::current_tape()->push(name, out.make_output_meta(), std::forward<F>(vjp));
 }
 
-/// Like record, for a VJP that hands its output gradient on (pass_gradient): `vjp(g, out_meta)`.
+/// Like record, for a VJP that hands its output gradient on (pass_gradient, core/tensor.hpp):
+/// `vjp(g, out_meta)`.
 template <class T, class S, class D, class F>
 void record_with_output(const char* name, Tensor<T, S, D>& out, F&& vjp) {
   auto om = out.make_output_meta();
   // The node owns `om`, so the raw pointer lives as long as the closure.
   autograd::current_tape()->push(name, om, [o = om.get(), f = std::forward<F>(vjp)](const T* g) { f(g, *o); });
-}
-
-/// Adds the output gradient g (n values, held by `out`) into input `in`'s gradient: by taking over
-/// out's buffer when it is the first gradient to reach `in` and `out` does not retain it (no copy),
-/// else by adding. Call it last in a VJP: once taken over, the buffer is in's to add to.
-template <class T, class D>
-void pass_gradient(autograd::GradMeta<T, D>& in, autograd::GradMeta<T, D>& out, const T* g, index_t n) {
-  if (!out.retains_grad() && in.adopt(out.grad_buffer())) return;
-  Backend<D>::add_inplace(in.accumulate_target(), g, n);
 }
 
 /// Normalises a possibly negative axis for rank R at compile time.
