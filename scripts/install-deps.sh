@@ -11,6 +11,9 @@ pkgs=(
   clang libclang-rt-14-dev                             # libFuzzer target
   python3-torch python3-torchvision python3-numpy      # PyTorch references (/usr/bin/python3)
   dataset-fashion-mnist                                # the examples' default data
+  python3-venv                                         # the pinned reference virtual environment
+  libpcre2-dev libutf8proc-dev libsentencepiece-dev    # tokenizers: pre-tokenizer regex, Unicode, SentencePiece
+  libcli11-dev                                         # example command lines
 )
 missing=()
 for p in "${pkgs[@]}"; do
