@@ -56,13 +56,13 @@ KMeansResult<T, D> bisecting_kmeans(const Tensor<T, DynShape<2>, D>& embeddings,
     for (index_t c = 0; c < nc; ++c) {
       std::vector<index_t> M;
       for (index_t i = 0; i < N; ++i)
-        if (r.assignments[i] == c) M.push_back(i);
+        if (r.assignments[i] == std::int64_t(c)) M.push_back(i);
       double diam = 0;
       for (std::size_t a = 0; a < M.size(); ++a)
         for (std::size_t b = a + 1; b < M.size(); ++b) diam = std::max(diam, sq(&X[M[a] * d], &X[M[b] * d]));
       if (M.size() < 2 || !(diam > 0)) continue;
       const double key = rule == SplitRule::Diameter ? diam : double(M.size());
-      if (key > best_key) best = c, best_key = key;
+      if (key > best_key) best = std::int64_t(c), best_key = key;
     }
     if (best < 0) break;
     std::vector<index_t> M;
@@ -111,7 +111,7 @@ KMeansResult<T, D> bisecting_kmeans(const Tensor<T, DynShape<2>, D>& embeddings,
     r.split_order.push_back(best);
     r.lloyd_iterations.push_back(std::min(it, max_iter));
     for (std::size_t j = 0; j < M.size(); ++j)
-      if (labels[j] == 1) r.assignments[M[j]] = nc;
+      if (labels[j] == 1) r.assignments[M[j]] = std::int64_t(nc);
     ++nc;
   }
   std::vector<T> cent(nc * d, T(0));
@@ -119,7 +119,7 @@ KMeansResult<T, D> bisecting_kmeans(const Tensor<T, DynShape<2>, D>& embeddings,
   for (index_t c = 0; c < nc; ++c) {
     std::vector<double> s(d, 0.0);
     for (index_t i = 0; i < N; ++i)
-      if (r.assignments[i] == c) {
+      if (r.assignments[i] == std::int64_t(c)) {
         ++r.sizes[c];
         for (index_t k = 0; k < d; ++k) s[k] += X[i * d + k];
       }
