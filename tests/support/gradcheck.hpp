@@ -114,7 +114,9 @@ using Leaf = leaf_variant<std::make_index_sequence<kMaxRank + 1>>::type;
 template <std::size_t R>
 Leaf make_leaf_r(const Extents& e, const std::vector<double>& v, bool grad) {
   std::array<index_t, R> a{};
-  std::copy(e.begin(), e.end(), a.begin());
+  // A rank-0 std::array has a null begin(): copying into it, even nothing, is memmove(nullptr, ...)
+  // as far as GCC's -Wnonnull can see.
+  if constexpr (R > 0) std::copy(e.begin(), e.end(), a.begin());
   auto t = Tensor<double, DynShape<R>>::from_host(DynShape<R>::from_extents(a, "gradcheck input"), v);
   if (grad) t.set_requires_grad();
   return Leaf(std::in_place_index<R>, std::move(t));
