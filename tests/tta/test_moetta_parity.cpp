@@ -93,7 +93,7 @@ TEST_CASE("parity: moetta 3 steps", "[parity]") {
     INFO("step " << t << ": max |logit - ref| = " << err << ", kept " << info.kept << ", threshold " << info.threshold
                  << ", alpha " << info.alpha << ", loss " << info.loss);
     CHECK(err <= 1e-8);
-    CHECK(info.kept == read_scalar<std::int64_t>(f, "out.kept." + s));
+    CHECK(std::int64_t(info.kept) == read_scalar<std::int64_t>(f, "out.kept." + s));
     CHECK(std::abs(info.threshold - read_scalar<double>(f, "out.threshold." + s)) <= 1e-12);
     CHECK(std::abs(info.alpha - read_scalar<double>(f, "out.alpha." + s)) <= 1e-12);
     CHECK(std::abs(info.loss - read_scalar<double>(f, "out.loss." + s)) <= 1e-10);
