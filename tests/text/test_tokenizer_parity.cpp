@@ -25,7 +25,8 @@ namespace {
 std::vector<std::int32_t> as_ids(const nlohmann::json& j) { return j.get<std::vector<std::int32_t>>(); }
 
 /// Every text of fixture `name`: ids with and without special tokens, both decodes. With
-/// `round_trip`, decoding the plain ids of valid UTF-8 must also give the text back byte for byte.
+/// `round_trip`, decoding the plain ids of valid UTF-8 must also give the text back byte for byte
+/// (except around the lstrip/rstrip token "<tool>", which consumes white space by design).
 void check_hf_case(const std::string& name, bool round_trip) {
   const auto fx = read_fixture(name + ".json");
   const auto tok = load_tokenizer(ttmoe_test::tokenizer_fixture_dir() / name);
@@ -43,7 +44,7 @@ void check_hf_case(const std::string& name, bool round_trip) {
     CHECK(plain == as_ids(r["ids_plain"]));
     CHECK(tok->decode(ids, false) == r["decoded"].get<std::string>());
     CHECK(tok->decode(ids, true) == r["decoded_skip"].get<std::string>());
-    if (round_trip && sanitize_utf8(text) == text) CHECK(tok->decode(plain) == text);
+    if (round_trip && sanitize_utf8(text) == text && text.find("<tool>") == std::string::npos) CHECK(tok->decode(plain) == text);
   }
 }
 
@@ -90,7 +91,7 @@ TEST_CASE("tokenizer parity: Split behaviours and ByteLevel options piece by pie
   }
 }
 
-TEST_CASE("tokenizer parity: SentencePiece model from spm_train against spm_encode", "[tokenizer][parity]") {
+TEST_CASE("tokenizer parity: SentencePiece model from spm_train against spm_encode and spm_decode", "[tokenizer][parity]") {
   const auto fx = read_fixture("spm.json");
   const auto tok = load_tokenizer(ttmoe_test::tokenizer_fixture_dir() / "spm");
   REQUIRE(tok->bos_id().has_value());
@@ -102,7 +103,10 @@ TEST_CASE("tokenizer parity: SentencePiece model from spm_train against spm_enco
     auto with_bos = ref;
     with_bos.insert(with_bos.begin(), *tok->bos_id());
     CHECK(tok->encode(text, true) == with_bos);
-    CHECK(tok->decode(with_bos, true) == text);
+    const std::string ref_text = fx["decoded"][i].get<std::string>();
+    CHECK(tok->decode(with_bos, true) == ref_text);
+    CHECK(tok->decode(ref, false) == ref_text);
+    if (sanitize_utf8(text) == text) CHECK(ref_text == text);  // Llama 2's settings are lossless
   }
 }
 
@@ -157,7 +161,7 @@ TEST_CASE("tokenizer trainer: Hugging Face tokenizers loads ttmoe's tokenizer.js
     CHECK(ids == as_ids(ref[i]["ids"]));
     CHECK(tok.encode(held_out[i], false) == as_ids(ref[i]["ids_plain"]));
     CHECK(tok.decode(ids) == ref[i]["decoded"].get<std::string>());
-    if (sanitize_utf8(held_out[i]) == held_out[i]) CHECK(tok.decode(ids, true) == held_out[i]);
+    if (sanitize_utf8(held_out[i]) == held_out[i]) CHECK(tok.decode(tok.encode(held_out[i], false)) == held_out[i]);
     total += ids.size();
     bytes += held_out[i].size();
   }

@@ -64,8 +64,8 @@ inline std::vector<std::string> split_by_matches(std::string_view s, const std::
         }
         glue_next = delim;
         break;
-      case SplitBehavior::Contiguous:
-        if (delim && i > 0 && parts[i - 1].second) {
+      case SplitBehavior::Contiguous:  // neighbours of the same kind join (both kinds, after invert)
+        if (i > 0 && delim == parts[i - 1].second) {
           out.back() += text;
         } else {
           out.emplace_back(text);
