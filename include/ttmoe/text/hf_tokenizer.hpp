@@ -118,7 +118,6 @@ class HfTokenizer final : public Tokenizer {
 
   std::vector<std::int32_t> encode(std::string_view text, bool add_special_tokens = true) const override {
     std::vector<std::int32_t> ids;
-    std::vector<std::string> words;
     for (auto& raw : raw_tokens_.split(sanitize_utf8(text))) {
       if (raw.id) {
         ids.push_back(*raw.id);
@@ -130,10 +129,13 @@ class HfTokenizer final : public Tokenizer {
           ids.push_back(*piece.id);
           continue;
         }
-        words.clear();
-        if (pre_tokenizer_) pre_tokenizer_->apply(piece.text, words);
-        else words.push_back(std::move(piece.text));
-        for (const auto& w : words) std::visit([&](const auto& m) { m.tokenize(w, ids); }, model_);
+        std::visit(
+            [&](const auto& m) {
+              auto to_ids = [&](std::string_view w) { m.tokenize(w, ids); };
+              if (pre_tokenizer_) pre_tokenizer_->for_each_word(piece.text, to_ids);
+              else to_ids(piece.text);
+            },
+            model_);
       }
     }
     if (max_length_) {

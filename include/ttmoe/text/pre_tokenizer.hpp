@@ -28,52 +28,63 @@ inline constexpr std::string_view kLlama3Pattern =
 /// What Split does with the matched delimiters.
 enum class SplitBehavior { Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous };
 
-/// Splits `s` at the byte ranges `matches` (sorted, non-overlapping) with `behavior`; `invert`
-/// swaps the roles of matches and the text between them. Empty pieces are dropped.
-inline std::vector<std::string> split_by_matches(std::string_view s, const std::vector<std::pair<std::size_t, std::size_t>>& matches,
-                                                 SplitBehavior behavior, bool invert) {
-  std::vector<std::pair<std::string_view, bool>> parts;  // (text, is delimiter)
+/// A non-owning reference to a callable taking one word (a function_ref: no allocation, one indirect
+/// call), so that nested pre-tokenizers compose without template recursion.
+class WordSink {
+ public:
+  /// Refers to `f`, which must outlive the sink.
+  template <class F>
+  WordSink(F& f) noexcept  // NOLINT(google-explicit-constructor): passed like a callable
+      : obj_(static_cast<void*>(&f)), call_([](void* o, std::string_view w) { (*static_cast<F*>(o))(w); }) {}
+  /// Passes one word on.
+  void operator()(std::string_view w) const { call_(obj_, w); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, std::string_view);
+};
+
+/// A byte range [first, second) of a string.
+using ByteRange = std::pair<std::size_t, std::size_t>;
+
+/// Splits a string of `size` bytes at the ranges `matches` (sorted, non-overlapping) with
+/// `behavior`; `invert` swaps the roles of matches and the text between them. Every resulting piece
+/// is a contiguous range of the input (merging only joins neighbours), so pieces are returned as
+/// ranges and nothing is copied. Empty pieces are dropped.
+inline std::vector<ByteRange> split_ranges(std::size_t size, const std::vector<ByteRange>& matches, SplitBehavior behavior,
+                                           bool invert) {
+  std::vector<std::pair<ByteRange, bool>> parts;  // (range, is delimiter)
+  parts.reserve(2 * matches.size() + 1);
   std::size_t pos = 0;
   for (const auto& [b, e] : matches) {
-    if (b > pos) parts.emplace_back(s.substr(pos, b - pos), invert);
-    parts.emplace_back(s.substr(b, e - b), !invert);
+    if (b > pos) parts.push_back({{pos, b}, invert});
+    parts.push_back({{b, e}, !invert});
     pos = e;
   }
-  if (pos < s.size()) parts.emplace_back(s.substr(pos), invert);
-  std::vector<std::string> out;
+  if (pos < size) parts.push_back({{pos, size}, invert});
+  std::vector<ByteRange> out;
+  out.reserve(parts.size());
   bool glue_next = false;  // MergedWithNext: the last piece is a delimiter waiting for its follower
   for (std::size_t i = 0; i < parts.size(); ++i) {
-    const auto& [text, delim] = parts[i];
+    const auto& [range, delim] = parts[i];
+    const bool prev_delim = i > 0 && parts[i - 1].second;
+    bool join = false;
     switch (behavior) {
-      case SplitBehavior::Isolated: out.emplace_back(text); break;
+      case SplitBehavior::Isolated: break;
       case SplitBehavior::Removed:
-        if (!delim) out.emplace_back(text);
+        if (delim) continue;
         break;
-      case SplitBehavior::MergedWithPrevious:
-        if (delim && !out.empty() && !(i > 0 && parts[i - 1].second)) {
-          out.back() += text;
-        } else {
-          out.emplace_back(text);
-        }
-        break;
+      case SplitBehavior::MergedWithPrevious: join = delim && !prev_delim; break;
       case SplitBehavior::MergedWithNext:
-        if (glue_next && !delim) {
-          out.back() += text;
-        } else {
-          out.emplace_back(text);
-        }
+        join = glue_next && !delim;
         glue_next = delim;
         break;
-      case SplitBehavior::Contiguous:  // neighbours of the same kind join (both kinds, after invert)
-        if (i > 0 && delim == parts[i - 1].second) {
-          out.back() += text;
-        } else {
-          out.emplace_back(text);
-        }
-        break;
+      case SplitBehavior::Contiguous: join = i > 0 && delim == prev_delim; break;  // neighbours of one kind join
     }
+    if (join && !out.empty() && out.back().second == range.first) out.back().second = range.second;
+    else out.push_back(range);
   }
-  std::erase_if(out, [](const std::string& p) { return p.empty(); });
+  std::erase_if(out, [](const ByteRange& r) { return r.first == r.second; });
   return out;
 }
 
@@ -129,59 +140,73 @@ class PreTokenizer {
     return p;
   }
 
-  /// Appends the words of `piece` to `out`.
-  void apply(std::string_view piece, std::vector<std::string>& out) const {
+  /// Calls `emit` with each word of `piece`. A word is only valid during the call (ByteLevel words
+  /// live in a reused buffer); nothing is copied for Split and Whitespace words.
+  void for_each_word(std::string_view piece, WordSink emit) const {
     if (type_ == "Sequence") {
-      std::vector<std::string> cur{std::string(piece)}, next;
-      for (const auto& step : steps_) {
-        next.clear();
-        for (const auto& w : cur) step.apply(w, next);
-        cur.swap(next);
-      }
-      for (auto& w : cur) out.push_back(std::move(w));
+      sequence_from(0, piece, emit);
       return;
     }
-    if (type_ == "Split") {
-      for (auto& w : split_by_matches(piece, matches(piece), behavior_, invert_)) out.push_back(std::move(w));
+    if (type_ == "Split" || type_ == "Whitespace") {
+      const bool whitespace = type_ == "Whitespace";
+      for (const auto& [b, e] : split_ranges(piece.size(), matches(piece), whitespace ? SplitBehavior::Removed : behavior_,
+                                             whitespace ? true : invert_)) {
+        emit(piece.substr(b, e - b));
+      }
       return;
     }
     if (type_ == "ByteLevel") {
-      std::string text(piece);
-      if (add_prefix_space_ && !text.starts_with(' ')) text.insert(text.begin(), ' ');
-      if (regex_) {
-        for (const auto& w : split_by_matches(text, regex_->find_all(text), SplitBehavior::Isolated, false)) {
-          out.push_back(bytes_to_byte_level(w));
-        }
-      } else if (!text.empty()) {
-        out.push_back(bytes_to_byte_level(text));
+      std::string prefixed;
+      if (add_prefix_space_ && !piece.starts_with(' ')) {
+        prefixed.reserve(piece.size() + 1);
+        prefixed.push_back(' ');
+        prefixed.append(piece);
+        piece = prefixed;
       }
-      return;
-    }
-    if (type_ == "Whitespace") {
-      for (auto& w : split_by_matches(piece, regex_->find_all(piece), SplitBehavior::Removed, true)) out.push_back(std::move(w));
+      const auto& alphabet = byte_level_alphabet();
+      std::string mapped;
+      const auto map_emit = [&](std::string_view w) {
+        mapped.clear();
+        for (char c : w) mapped += alphabet[static_cast<unsigned char>(c)];
+        emit(std::string_view(mapped));
+      };
+      if (regex_) {
+        for (const auto& [b, e] : split_ranges(piece.size(), regex_->find_all(piece), SplitBehavior::Isolated, false)) {
+          map_emit(piece.substr(b, e - b));
+        }
+      } else if (!piece.empty()) {
+        map_emit(piece);
+      }
       return;
     }
     // BertPreTokenizer and WhitespaceSplit: split at white space (removed); BERT also isolates
     // every punctuation character.
     const bool bert = type_ == "BertPreTokenizer";
-    std::string word;
+    std::size_t word_start = 0, word_end = 0;
     const auto flush = [&] {
-      if (!word.empty()) out.push_back(std::move(word));
-      word.clear();
+      if (word_end > word_start) emit(piece.substr(word_start, word_end - word_start));
     };
     for (std::size_t i = 0; i < piece.size();) {
       const std::size_t start = i;
       const char32_t c = next_code_point(piece, i);
       if (is_white_space(c)) {
         flush();
+        word_start = word_end = i;
       } else if (bert && is_bert_punctuation(c)) {
         flush();
-        out.emplace_back(piece.substr(start, i - start));
+        emit(piece.substr(start, i - start));
+        word_start = word_end = i;
       } else {
-        word.append(piece.substr(start, i - start));
+        word_end = i;
       }
     }
     flush();
+  }
+
+  /// Appends the words of `piece` to `out` (copies; for tests and tools).
+  void apply(std::string_view piece, std::vector<std::string>& out) const {
+    auto push = [&](std::string_view w) { out.emplace_back(w); };
+    for_each_word(piece, push);
   }
 
  private:
@@ -194,9 +219,19 @@ class PreTokenizer {
     at.bad("unknown split behavior \"" + b + "\"");
   }
 
-  std::vector<std::pair<std::size_t, std::size_t>> matches(std::string_view s) const {
+  void sequence_from(std::size_t step, std::string_view piece, WordSink emit) const {
+    if (step == steps_.size()) {
+      emit(piece);
+      return;
+    }
+    // Words of a later step may live in this step's buffer: they are consumed before it changes.
+    auto next = [&](std::string_view w) { sequence_from(step + 1, w, emit); };
+    steps_[step].for_each_word(piece, next);
+  }
+
+  std::vector<ByteRange> matches(std::string_view s) const {
     if (regex_) return regex_->find_all(s);
-    std::vector<std::pair<std::size_t, std::size_t>> m;
+    std::vector<ByteRange> m;
     for (std::size_t pos = s.find(literal_); pos != std::string_view::npos; pos = s.find(literal_, pos + literal_.size())) {
       m.emplace_back(pos, pos + literal_.size());
     }
