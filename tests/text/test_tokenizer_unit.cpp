@@ -62,6 +62,10 @@ TEST_CASE("tokenizer utf8: invalid sequences become U+FFFD by maximal subparts",
   CHECK(sanitize_utf8("\xED\xA0\x80") == r + r + r);     // surrogate: ED then two lone continuations
   CHECK(sanitize_utf8("\xF0\x9F\x98 x") == r + " x");    // truncated 4-byte sequence
   CHECK(sanitize_utf8(r) == r);                          // a real U+FFFD stays
+  CHECK(is_valid_utf8("caf\xC3\xA9 " + r));
+  CHECK_FALSE(is_valid_utf8("caf\xC3"));
+  // The regex refuses invalid UTF-8 instead of running PCRE2 on it unchecked.
+  expect_error([] { (void)Regex(R"(\p{L}+)").find_all("ab\xFF"); }, TokenizerErrorKind::BadArgument, "not valid UTF-8");
 }
 
 TEST_CASE("tokenizer byte map: GPT-2's byte-to-unicode table", "[tokenizer]") {

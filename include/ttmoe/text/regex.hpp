@@ -16,6 +16,7 @@
 #include <pcre2.h>
 
 #include "ttmoe/text/error.hpp"
+#include "ttmoe/text/utf8.hpp"
 
 namespace ttmoe::text {
 
@@ -46,7 +47,12 @@ class Regex {
 
   /// Byte ranges [begin, end) of the successive non-overlapping matches in `s` (valid UTF-8). An
   /// empty match is skipped and the search resumes one character later, as Rust's find_iter does.
+  /// Invalid UTF-8 throws BadArgument: PCRE2 runs without its own check (which would rescan the
+  /// subject at every match), so the subject is validated once here. The tokenizers sanitise first.
   std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view s) const {
+    if (!is_valid_utf8(s)) {
+      throw TokenizerError(TokenizerErrorKind::BadArgument, "", "", "regex subject is not valid UTF-8 (sanitize_utf8 it first)");
+    }
     std::vector<std::pair<std::size_t, std::size_t>> out;
     std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
         pcre2_match_data_create_from_pattern(code_.get(), nullptr), &pcre2_match_data_free);

@@ -87,6 +87,15 @@ inline std::string encode_utf8(std::u32string_view cps) {
   return out;
 }
 
+/// Whether `s` is well-formed UTF-8 (a U+FFFD written in the text is valid; an invalid sequence is not).
+inline bool is_valid_utf8(std::string_view s) noexcept {
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t start = i;
+    if (next_code_point(s, i) == kReplacementChar && !(i - start == 3 && s.substr(start, 3) == "\xEF\xBF\xBD")) return false;
+  }
+  return true;
+}
+
 /// `s` with every invalid UTF-8 sequence replaced by U+FFFD; valid input is returned unchanged.
 inline std::string sanitize_utf8(std::string_view s) {
   std::string out;
