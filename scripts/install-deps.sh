@@ -13,6 +13,7 @@ pkgs=(
   dataset-fashion-mnist                                # the examples' default data
   python3-venv                                         # the pinned reference virtual environment
   libpcre2-dev libutf8proc-dev libsentencepiece-dev    # tokenizers: pre-tokenizer regex, Unicode, SentencePiece
+  sentencepiece                                        # spm_train/spm_encode: the SentencePiece parity reference
   libcli11-dev                                         # example command lines
 )
 missing=()
