@@ -14,6 +14,7 @@
 # Two passes: the default features (consumer configured only) and `blas` (consumer built and run,
 # ttmoe::blas required).
 #   cmake -DSOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... [-DCXX_COMPILER=...] -P vcpkg_port.cmake
+cmake_minimum_required(VERSION 3.22)   # script mode: the policies portfiles are written for (IN_LIST, ...)
 set(PACKAGING_TEST vcpkg_port)
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 packaging_toolchain_args(TOOLCHAIN)
