@@ -85,6 +85,30 @@ def check_dependencies(where, deps, errors):
         errors.append(f"{where}: a dependency is listed twice: {names}")
 
 
+def check_versioning(m, port, errors):
+    """overrides / version>= need a baseline in a top-level (consumer) manifest; a port has none."""
+    for i, o in enumerate(m.get("overrides", [])):
+        if not isinstance(o, dict) or "name" not in o:
+            errors.append(f"overrides[{i}]: must be an object with a 'name'")
+            continue
+        check_identifier(f"overrides[{i}].name", o["name"], errors)
+        schemes = [k for k in VERSION_SCHEMES if k in o]
+        if len(schemes) != 1:
+            errors.append(f"overrides[{i}]: needs exactly one version field, has {schemes}")
+        for key in sorted(set(o) - {"name", "port-version"} - set(VERSION_SCHEMES)):
+            errors.append(f"overrides[{i}]: unknown field '{key}'")
+    if "builtin-baseline" in m:
+        if port:
+            errors.append("vcpkg.json: a port does not carry a builtin-baseline")
+        elif not re.match(r"^[0-9a-f]{40}$", str(m["builtin-baseline"])):
+            errors.append(f"builtin-baseline: '{m['builtin-baseline']}' is not a 40-digit vcpkg commit id")
+    uses_versions = bool(m.get("overrides")) or any(isinstance(d, dict) and "version>=" in d
+                                                    for d in m.get("dependencies", []))
+    registry = m.get("vcpkg-configuration", {}).get("default-registry", {})
+    if not port and uses_versions and "builtin-baseline" not in m and "baseline" not in registry:
+        errors.append("vcpkg.json: overrides / version>= need a builtin-baseline (or a default registry baseline)")
+
+
 def check_manifest(m, errors, port=True):
     if not isinstance(m, dict):
         errors.append("vcpkg.json: the top level must be an object")
@@ -106,6 +130,7 @@ def check_manifest(m, errors, port=True):
     if port and not m.get("description"):
         errors.append("vcpkg.json: a port needs a description")
     check_dependencies("dependencies", m.get("dependencies", []), errors)
+    check_versioning(m, port, errors)
     features = m.get("features", {})
     if not isinstance(features, dict):
         errors.append("features: must be an object")
@@ -193,6 +218,7 @@ def self_test(port_dir):
         "feature without description": lambda m: m["features"]["blas"].pop("description"),
         "feature unknown to portfile": lambda m: m["features"].update(extra={"description": "x"}),
         "unknown top-level field": lambda m: m.update(homepag="x"),
+        "baseline in a port": lambda m: m.update({"builtin-baseline": "0" * 40}),
     }
     failed = []
     for what, mutate in breaks.items():
