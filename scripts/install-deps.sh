@@ -6,7 +6,7 @@
 # Needs root (or sudo) for apt.
 #   scripts/install-deps.sh           Debian packages + the reference environment, without llama-cpp-python
 #   scripts/install-deps.sh --bench   the same plus llama-cpp-python (builds llama.cpp from source:
-#                                     several minutes on 2 cores; only the benchmarks use it)
+#                                     long on 2 cores, see README; only the benchmarks use it)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 with_bench=0
@@ -48,7 +48,11 @@ req="$root/requirements/reference.txt"
 hash=$(sha256sum "$req" | cut -d' ' -f1)
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
   echo "install-deps.sh: creating the reference environment in $venv"
-  rm -rf "$venv"
+  if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ]; then
+    echo "install-deps.sh: $venv exists and is not a virtual environment; set TTMOE_VENV elsewhere" >&2
+    exit 1
+  fi
+  rm -rf "$venv"   # a broken venv (its Python gone after an upgrade, say)
   mkdir -p "$(dirname "$venv")"
   /usr/bin/python3 -m venv "$venv"
 fi
@@ -62,7 +66,7 @@ if [ "$(cat "$venv/.ttmoe-reference.sha256" 2>/dev/null)" != "$hash" ]; then
   echo "$hash" > "$venv/.ttmoe-reference.sha256"
 fi
 if [ "$with_bench" -eq 1 ] && [ "$(cat "$venv/.ttmoe-bench.sha256" 2>/dev/null)" != "$hash" ]; then
-  echo "install-deps.sh: installing llama-cpp-python into $venv (compiles llama.cpp: several minutes)"
+  echo "install-deps.sh: installing llama-cpp-python into $venv (compiles llama.cpp from source: this takes a while)"
   "${pip[@]}" "$(grep '^llama-cpp-python==' "$req")"
   echo "$hash" > "$venv/.ttmoe-bench.sha256"
 fi
