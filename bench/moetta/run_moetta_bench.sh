@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # MoETTA adaptation step on ViT-B/16 at batch 8, ttmoe vs PyTorch (torchvision vit_b_16 + the MoETTA
 # of tests/reference/moetta_torchvision.py), 2 threads each; bench/report runs it after the core
-# benchmarks. PyTorch runs at its best: /usr/bin/python3 (Debian's torch), OMP_NUM_THREADS=2
-# OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE and OpenBLAS's kernels for this CPU (openblas_core.sh).
+# benchmarks. PyTorch runs at its best: the current release pinned in requirements/reference.txt (the
+# reference environment's Python; TTMOE_BENCH_TORCH_PYTHON=/usr/bin/python3 takes Debian's torch 1.13
+# instead), OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE and OpenBLAS's kernels for
+# this CPU (openblas_core.sh; they matter to Debian's torch, which uses the system OpenBLAS).
 # The two sides alternate process by process for ROUNDS rounds (ttmoe, torch, ttmoe, torch, ...) so
 # slow drifts of a shared machine hit both alike; each ratio figure is the median of its per-round
 # ratios, each absolute figure the median of its per-round values:
@@ -38,6 +40,9 @@ if [ -z "$bin" ]; then  # stand-alone build of this folder
   cmake --build "$build" --target bench_moetta_step -j2 >/dev/null
   bin=$build/bench_moetta_step
 fi
+torch_py=${TTMOE_BENCH_TORCH_PYTHON:-${TTMOE_VENV:-$HOME/.cache/ttmoe/venv}/bin/python}
+[ -x "$torch_py" ] || { echo "run_moetta_bench: no PyTorch Python at $torch_py (run scripts/install-deps.sh)" >&2; exit 1; }
+echo "# PyTorch side: $torch_py, torch $("$torch_py" -c 'import torch; print(torch.__version__)')"
 pf=(); [ "$plain" = 1 ] && pf=(--plain-forward)
 load() { cut -d' ' -f1 /proc/loadavg; }
 field() { awk -v k="$1:" '$1 == k {print $2}'; }
@@ -51,7 +56,7 @@ fail() { echo "run_moetta_bench: $1 failed:" >&2; tail -20 "$err" >&2; exit 1; }
 for r in $(seq 1 "$rounds"); do
   l0=$(load)
   c=$("$bin" --batch 8 --threads 2 --steps "$steps" --warmup "$warmup" --runs "$fwd" "${pf[@]}" 2>"$err") || fail "$bin"
-  p=$(OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 "$root/tests/reference/moetta_torchvision.py" \
+  p=$(OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE "$torch_py" "$root/tests/reference/moetta_torchvision.py" \
         --bench --batch 8 --steps "$steps" --warmup "$warmup" --forward-runs "$fwd" "${pf[@]}" 2>"$err") || fail "the PyTorch MoETTA"
   l1=$(load)
   cs=$(field ttmoe_moetta_step_s <<<"$c"); cn=$(field ttmoe_noadapt_forward_s <<<"$c"); cr=$(field peak_rss_mb <<<"$c")

@@ -29,14 +29,14 @@ TEST_CASE("parity: vit_b16 torchvision", "[parity]") {
 }
 
 template <class T>
-void tiny_timm_case(double tol) {
-  auto f = open_model_fixture("vit_tiny_timm");
+void tiny_timm_case(const char* fixture, double tol) {
+  auto f = open_model_fixture(fixture);
   auto md = f.metadata();
   auto meta = [&](const char* k) { return index_t(std::stol(md.at(k))); };
   auto cfg = models::vit_test_tiny(meta("img_size"), meta("patch_size"), meta("embed_dim"), meta("depth"),
                                    meta("num_heads"), meta("mlp_hidden"), meta("num_classes"));
   models::VisionTransformer<T> vit(cfg);
-  io::load_state(vit, f, io::timm_names("model."));
+  io::load_state(vit, f, io::timm_names("model."));  // every key used, every parameter present
   autograd::NoGrad ng;
   auto logits = vit(read_tensor<4, T>(f, "in.images"));
   auto ref = read_tensor<2, double>(f, "out.logits_f64");
@@ -45,5 +45,10 @@ void tiny_timm_case(double tol) {
   REQUIRE(err <= tol);
 }
 
-TEST_CASE("parity: vit_tiny timm double", "[parity]") { tiny_timm_case<double>(1e-10); }
-TEST_CASE("parity: vit_tiny timm float", "[parity]") { tiny_timm_case<float>(1e-4); }
+TEST_CASE("parity: vit_tiny timm double", "[parity]") { tiny_timm_case<double>("vit_tiny_timm", 1e-10); }
+TEST_CASE("parity: vit_tiny timm float", "[parity]") { tiny_timm_case<float>("vit_tiny_timm", 1e-4); }
+
+// The same tiny configuration run by timm's own timm.models.vision_transformer.VisionTransformer
+// (tests/reference/reference_libs.py, the pinned reference environment), its state_dict as timm names it.
+TEST_CASE("parity: vit_tiny timm library double", "[parity]") { tiny_timm_case<double>("vit_tiny_timm_lib", 1e-10); }
+TEST_CASE("parity: vit_tiny timm library float", "[parity]") { tiny_timm_case<float>("vit_tiny_timm_lib", 1e-4); }

@@ -23,8 +23,8 @@ struct Tol {
 constexpr Tol kDoubleTol{1e-9, 1e-9, 1e-12, 1e-14}, kFloatTol{1e-5, 1e-4, 1e-5, 1e-6};
 
 template <class T>
-void run_lora(Tol tol) {
-  Fixture f("lora");
+void run_lora(const std::string& file, Tol tol) {
+  Fixture f(file);
   moe::LoRALinear<T> l;
   l.weight = f.get<2, T>("param.weight");
   l.bias = f.get<1, T>("param.bias");
@@ -54,8 +54,12 @@ void run_lora(Tol tol) {
 }
 }  // namespace
 
-TEST_CASE("parity lora", "[parity][lora]") { run_lora<double>(kDoubleTol); }
-TEST_CASE("parity lora float", "[parity][lora]") { run_lora<float>(kFloatTol); }
+TEST_CASE("parity lora", "[parity][lora]") { run_lora<double>("lora", kDoubleTol); }
+TEST_CASE("parity lora float", "[parity][lora]") { run_lora<float>("lora", kFloatTol); }
+// PEFT's own LoRA layer on an nn.Linear (tests/reference/reference_libs.py, the pinned reference
+// environment): its forward, gradients and merge() against moe::LoRALinear.
+TEST_CASE("parity lora peft", "[parity][lora]") { run_lora<double>("lora_peft", kDoubleTol); }
+TEST_CASE("parity lora peft float", "[parity][lora]") { run_lora<float>("lora_peft", kFloatTol); }
 
 namespace {
 template <class T = double>
