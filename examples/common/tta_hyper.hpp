@@ -4,6 +4,7 @@
 // experiments: the four extra corruptions on held-out source images), never on the test stream:
 //   1. each adapting method's learning rate (at batch 64, scaled linearly with the batch as the
 //      papers do) from multiples of its paper default;
+//      (EATA's redundancy margin is chosen first, see Hyper::d_margin);
 //   2. then, at that rate, MoETTA's balance weight lambda and expert count, and the entropy margin
 //      factor of EATA / SAR / MoETTA where the margin grid has more than one value.
 // Ties keep the earlier candidate (the paper default comes first), so a flat validation curve
@@ -29,6 +30,10 @@ struct Hyper {
   double margin = 0.4;    ///< entropy margin factor: E0 = margin * ln C (EATA, SAR, MoETTA)
   double lambda = 0.2;    ///< MoETTA: balance-loss weight, alpha_t = lambda * running mean entropy
   std::int64_t experts = 9;  ///< MoETTA: experts per MoE-LayerNorm
+  /// EATA: redundancy margin on |cos(p, m)| (0.05 in the paper, for 1000 classes). With few classes
+  /// every confident prediction has |cos| near 1/sqrt(C) against the running mean prediction (0.32
+  /// for C = 10), so 0.05 filters out every sample after the first batch: it must be re-chosen.
+  double d_margin = 0.05;
   bool operator==(const Hyper&) const = default;
 };
 
@@ -53,6 +58,7 @@ struct SearchGrid {
   std::vector<double> lambdas{0.2, 0.05, 0.8};
   std::vector<std::int64_t> experts{9, 3};
   std::vector<double> margins{0.4};                  ///< one value: the margin is not searched
+  std::vector<double> d_margins{0.05, 0.35, 0.5};    ///< EATA, searched before its learning rate
 };
 
 /// One evaluated candidate: method, values, validation accuracy (0..1).
@@ -87,6 +93,13 @@ inline HyperSet search(const std::vector<std::string>& methods, const SearchGrid
       trials.push_back({m, h, a});
       if (a > best_acc) best_acc = a, best = h;
     };
+    // EATA's redundancy margin first: while it filters out every sample, no rate can matter.
+    if (m == "eata")
+      for (double d : grid.d_margins) {
+        Hyper h = best;
+        h.d_margin = d;
+        consider(h);
+      }
     const double lr0 = best.lr;
     for (double k : grid.lr_multipliers) {
       Hyper h = best;
@@ -120,13 +133,15 @@ inline HyperSet search(const std::vector<std::string>& methods, const SearchGrid
 inline nlohmann::json to_json(const HyperSet& set, const std::vector<Trial>& trials = {}, const std::string& note = {}) {
   nlohmann::json j;
   for (const auto& [m, h] : set)
-    j["chosen"][m] = {{"lr_at_batch_64", h.lr}, {"margin", h.margin}, {"lambda", h.lambda}, {"experts", h.experts}};
+    j["chosen"][m] = {{"lr_at_batch_64", h.lr}, {"margin", h.margin}, {"lambda", h.lambda}, {"experts", h.experts},
+                   {"d_margin", h.d_margin}};
   for (const auto& t : trials)
     j["trials"].push_back({{"method", t.method},
                            {"lr_at_batch_64", t.hyper.lr},
                            {"margin", t.hyper.margin},
                            {"lambda", t.hyper.lambda},
                            {"experts", t.hyper.experts},
+                           {"d_margin", t.hyper.d_margin},
                            {"validation_accuracy", t.accuracy}});
   if (!note.empty()) j["note"] = note;
   return j;
@@ -160,7 +175,7 @@ inline HyperSet load(const std::filesystem::path& path) {
   for (const auto& [m, v] : j["chosen"].items()) {
     try {
       s[m] = {v.at("lr_at_batch_64").get<double>(), v.at("margin").get<double>(), v.at("lambda").get<double>(),
-              v.at("experts").get<std::int64_t>()};
+              v.at("experts").get<std::int64_t>(), v.at("d_margin").get<double>()};
     } catch (const std::exception& e) {
       throw std::runtime_error(path.string() + ": chosen." + m + ": " + e.what());
     }
@@ -170,11 +185,11 @@ inline HyperSet load(const std::filesystem::path& path) {
 
 /// The trials as a markdown table (validation accuracy in %), in the order they ran.
 inline std::string trials_table(const std::vector<Trial>& trials) {
-  std::string s = "| method   | lr (batch 64) | margin | lambda | experts | validation acc % |\n"
-                  "|----------|---------------|--------|--------|---------|------------------|\n";
+  std::string s = "| method   | lr (batch 64) | margin | lambda | experts | d_margin | validation acc % |\n"
+                  "|----------|---------------|--------|--------|---------|----------|------------------|\n";
   for (const auto& t : trials)
-    s += fmt::format("| {:<8} | {:>13.2e} | {:>6.2f} | {:>6.2f} | {:>7} | {:>16.2f} |\n", t.method, t.hyper.lr,
-                     t.hyper.margin, t.hyper.lambda, t.hyper.experts, 100 * t.accuracy);
+    s += fmt::format("| {:<8} | {:>13.2e} | {:>6.2f} | {:>6.2f} | {:>7} | {:>8.2f} | {:>16.2f} |\n", t.method, t.hyper.lr,
+                     t.hyper.margin, t.hyper.lambda, t.hyper.experts, t.hyper.d_margin, 100 * t.accuracy);
   return s;
 }
 

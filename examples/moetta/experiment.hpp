@@ -93,7 +93,7 @@ inline tta::Report run_method(const std::string& name, const Hyper& h, Model& mo
     r = tta::run(model, m, source, progress);
   } else if (name == "eata") {
     typename tta::EATA<Model>::Options o;
-    o.lr.at_reference = h.lr, o.margin_factor = h.margin;
+    o.lr.at_reference = h.lr, o.margin_factor = h.margin, o.d_margin = h.d_margin;
     tta::EATA<Model> m(o, fisher);
     r = tta::run(model, m, source, progress);
   } else if (name == "sar") {
