@@ -1,8 +1,9 @@
 #pragma once
-// The embedded default: a small gray-scale ViT trained by ttmoe on Fashion-MNIST (cached as a
-// safetensors checkpoint with its config in the metadata), and the mixed test stream built from the
-// Fashion-MNIST test set: the 15 ImageNet-C corruptions (CIFAR parameters at <= 64 px), a
-// sketch-like rendition and an inverted rendition, each a domain.
+// The embedded default: a small gray-scale ViT trained by ttmoe on Fashion-MNIST minus a held-out
+// part of the training split (cached as a safetensors checkpoint with its config in the metadata);
+// the validation stream built from the held-out images under ImageNet-C's four extra corruptions;
+// and the mixed test stream built from the Fashion-MNIST test set: the 15 ImageNet-C corruptions
+// (CIFAR parameters at <= 64 px), a sketch-like rendition and an inverted rendition, each a domain.
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
