@@ -4,7 +4,7 @@
 // experiments: the four extra corruptions on held-out source images), never on the test stream:
 //   1. each adapting method's learning rate (at batch 64, scaled linearly with the batch as the
 //      papers do) from multiples of its paper default;
-//      (EATA's redundancy margin is chosen first, see Hyper::d_margin);
+//      (for EATA jointly with its redundancy margin, see Hyper::d_margin);
 //   2. then, at that rate, MoETTA's balance weight lambda and expert count, and the entropy margin
 //      factor of EATA / SAR / MoETTA where the margin grid has more than one value.
 // Ties keep the earlier candidate (the paper default comes first), so a flat validation curve
@@ -58,7 +58,7 @@ struct SearchGrid {
   std::vector<double> lambdas{0.2, 0.05, 0.8};
   std::vector<std::int64_t> experts{9, 3};
   std::vector<double> margins{0.4};                  ///< one value: the margin is not searched
-  std::vector<double> d_margins{0.05, 0.35, 0.5};    ///< EATA, searched before its learning rate
+  std::vector<double> d_margins{0.05, 0.35, 0.5};    ///< EATA, searched jointly with its learning rate
 };
 
 /// One evaluated candidate: method, values, validation accuracy (0..1).
@@ -93,19 +93,16 @@ inline HyperSet search(const std::vector<std::string>& methods, const SearchGrid
       trials.push_back({m, h, a});
       if (a > best_acc) best_acc = a, best = h;
     };
-    // EATA's redundancy margin first: while it filters out every sample, no rate can matter.
-    if (m == "eata")
-      for (double d : grid.d_margins) {
-        Hyper h = best;
-        h.d_margin = d;
+    // EATA: rate and redundancy margin jointly. While the margin filters out every sample no rate
+    // matters, and at the paper's rate no margin does, so one coordinate at a time cannot find them.
+    const double lr0 = best.lr;
+    const std::vector<double> d_margins = m == "eata" ? grid.d_margins : std::vector<double>{best.d_margin};
+    for (double d : d_margins)
+      for (double k : grid.lr_multipliers) {
+        Hyper h = it->second;
+        h.lr = lr0 * k, h.d_margin = d;
         consider(h);
       }
-    const double lr0 = best.lr;
-    for (double k : grid.lr_multipliers) {
-      Hyper h = best;
-      h.lr = lr0 * k;
-      consider(h);
-    }
     if (m == "moetta") {
       for (double l : grid.lambdas) {
         Hyper h = best;

@@ -87,7 +87,7 @@ inline int run_fashion(const Options& o) {
 
   // Hyper-parameters: the papers' (--hyper paper), or chosen on the validation stream (cached).
   HyperSet hyper;
-  const std::filesystem::path hyper_path = ckpt.string() + fmt::format(".tta_hyper_b{}_s{}_v2.json", o.batch_size, o.severity);
+  const std::filesystem::path hyper_path = ckpt.string() + fmt::format(".tta_hyper_b{}_s{}_v3.json", o.batch_size, o.severity);
   if (o.hyper == "paper") {
     hyper = tta_common::paper_defaults();
     fmt::print("\nHyper-parameters: the papers' settings (--hyper paper)\n");

@@ -20,7 +20,7 @@ TEST_CASE("tta_hyper: the search runs the grid per method and keeps the best, ti
   grid.experts = {9, 3};
   grid.d_margins = {0.05, 0.4};
   std::vector<tta_common::Trial> trials;
-  // Tent: flat (tie keeps 5e-4). EATA: only d_margin 0.4 and then lr 10x help. MoETTA: lambda 0.5 helps.
+  // Tent: flat (tie keeps 5e-4). EATA: d_margin 0.4 and lr 10x both help. MoETTA: lambda 0.5 helps.
   auto eval = [](const std::string& m, const Hyper& h) {
     if (m == "eata") return 0.5 + (h.d_margin > 0.1 ? 0.1 : 0.0) + (h.lr > 1e-3 ? 0.05 : 0.0);
     if (m == "moetta") return 0.5 + (h.lambda > 0.3 ? 0.02 : 0.0) - (h.experts == 3 ? 0.01 : 0.0);
@@ -34,10 +34,12 @@ TEST_CASE("tta_hyper: the search runs the grid per method and keeps the best, ti
   CHECK(chosen.at("moetta").lambda == Approx(0.5));
   CHECK(chosen.at("moetta").experts == 9);
   CHECK(chosen.at("moetta").lr == Approx(1e-3));
-  // noadapt 1; tent 2; eata: d_margin 2, lr 1 new (1x at 0.4 already ran); moetta: lr 2, lambda 1, experts 1.
-  CHECK(trials.size() == 1 + 2 + 3 + 4);
+  // noadapt 1; tent 2; eata: 2 margins x 2 rates; moetta: lr 2, lambda 1, experts 1.
+  CHECK(trials.size() == 1 + 2 + 4 + 4);
   CHECK(trials[3].method == "eata");
-  CHECK(trials[3].hyper.d_margin == Approx(0.05));  // the margin is searched before the rate
+  CHECK(trials[3].hyper.d_margin == Approx(0.05));  // the margin and the rate form one grid
+  CHECK(trials[4].hyper.d_margin == Approx(0.05));
+  CHECK(trials[4].hyper.lr == Approx(6e-3));
   CHECK_THROWS_AS(tta_common::search({"bogus"}, grid, eval, trials), std::invalid_argument);
 }
 
