@@ -23,12 +23,15 @@ struct Options {
   std::string normalize = "auto";   ///< full scale: auto (from the checkpoint layout) | imagenet | half
   std::vector<std::uint64_t> seeds{42, 4242, 424242};
   int batch_size = 64;
-  std::size_t limit = 0;            ///< images per domain (0 = all; the embedded default uses 250)
+  std::size_t limit = 0;            ///< images per domain (0 = all)
   int severity = 5;
   std::optional<std::string> cache;  ///< embedded model cache folder
   std::string out_dir = ".";          ///< where the PNG figures go
-  int epochs = 3;                     ///< embedded model training epochs
+  int epochs = 4;                     ///< embedded model training epochs
   bool retrain = false;               ///< ignore the cached embedded model
+  std::string hyper = "tuned";        ///< embedded: tuned (validation search, cached) | paper
+  bool tune = false;                  ///< embedded: rerun the validation search even if cached
+  bool validate = false;              ///< embedded: also print the validation-stream tables for every seed
   bool help = false;
 };
 
@@ -36,8 +39,11 @@ struct Options {
 inline std::string usage() {
   return R"(usage: moetta [options]
 
-Without --checkpoint: trains (once, cached) a small ViT on Fashion-MNIST and compares No-adapt, Tent,
-EATA, SAR and MoETTA on a mixed stream of corrupted / sketch / inverted Fashion-MNIST test images.
+Without --checkpoint: trains (once, cached) a small ViT on Fashion-MNIST with its last 5000 training
+images held out, chooses each method's hyper-parameters on a validation stream (ImageNet-C's four
+extra corruptions on the held-out images; once, cached beside the model), then compares No-adapt,
+Tent, EATA, SAR and MoETTA on a mixed stream of all 10000 corrupted / sketch / inverted
+Fashion-MNIST test images.
 
   --checkpoint FILE        ViT-B/16 safetensors (timm or torchvision names, auto-detected): full scale
   --imagenet-c DIR         ImageNet-C root (DIR/<corruption>/<severity>/<wnid>/*.JPEG)
@@ -55,12 +61,16 @@ EATA, SAR and MoETTA on a mixed stream of corrupted / sketch / inverted Fashion-
   --method M               all | noadapt | tent | eata | sar | moetta (default all)
   --seeds LIST             comma-separated stream seeds               (default 42,4242,424242)
   --batch-size N           (default 64)
-  --limit N                at most N images per domain (default: all; embedded default 250)
+  --limit N                at most N images per domain (default: all)
   --severity N             ImageNet-C / embedded corruption severity  (default 5)
   --cache DIR              embedded model cache (default $TTMOE_CACHE_DIR or ~/.cache/ttmoe)
   --out DIR                where the PNG figures are written          (default .)
-  --epochs N               embedded model training epochs             (default 3)
+  --epochs N               embedded model training epochs             (default 4)
   --retrain                retrain the embedded model even if cached
+  --hyper H                embedded: tuned | paper: the validation-chosen hyper-parameters (default)
+                           or the papers' ImageNet settings
+  --tune                   embedded: rerun the validation search even if its result is cached
+  --validate               embedded: also run every method over the validation stream for every seed
   --help
 )";
 }
@@ -96,6 +106,9 @@ inline Options parse_args(int argc, char** argv) {
     };
     if (a == "--help" || a == "-h") o.help = true;
     else if (a == "--retrain") o.retrain = true;
+    else if (a == "--tune") o.tune = true;
+    else if (a == "--validate") o.validate = true;
+    else if (a == "--hyper") o.hyper = need();
     else if (auto it = paths.find(a); it != paths.end()) *it->second = need();
     else if (a == "--setting") o.setting = need();
     else if (a == "--method") o.method = need();
@@ -115,6 +128,8 @@ inline Options parse_args(int argc, char** argv) {
   }
   if (o.batch_size <= 0) throw std::invalid_argument("--batch-size must be positive");
   if (o.severity < 1 || o.severity > 5) throw std::invalid_argument("--severity must be 1..5");
+  if (o.hyper != "tuned" && o.hyper != "paper")
+    throw std::invalid_argument("--hyper: unknown value '" + o.hyper + "' (tuned, paper)");
   if (o.normalize != "auto" && o.normalize != "imagenet" && o.normalize != "half")
     throw std::invalid_argument("--normalize: unknown value '" + o.normalize + "' (auto, imagenet, half)");
   if (o.method != "all" && o.method != "noadapt" && o.method != "tent" && o.method != "eata" && o.method != "sar" &&

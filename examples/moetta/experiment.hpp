@@ -24,21 +24,22 @@
 #include <ttmoe/models/vit.hpp>
 #include <ttmoe/tta/tta.hpp>
 
+#include "../common/tta_hyper.hpp"
+#include "../common/tta_table.hpp"
+
 namespace moetta_example {
+
+using tta_common::display_name;
+using tta_common::domain_table;
+using tta_common::Hyper;
+using tta_common::HyperSet;
+using tta_common::mean_std;
+using tta_common::Results;
+using tta_common::summary_table;
 
 using namespace ttmoe;
 using Model = models::VisionTransformer<float>;
 using Images = Tensor<float, DynShape<4>>;
-
-/// Table name of a method key.
-inline std::string display_name(const std::string& m) {
-  if (m == "noadapt") return "No-adapt";
-  if (m == "tent") return "Tent";
-  if (m == "eata") return "EATA";
-  if (m == "sar") return "SAR";
-  if (m == "moetta") return "MoETTA";
-  return m;
-}
 
 /// Geometry of the model input, enough to assemble batches.
 struct Geometry {
@@ -69,11 +70,12 @@ inline tta::BatchSource<float> loader_source(const io::Stream& stream, index_t b
   return [loader]() { return loader->next(); };
 }
 
-/// Runs method `name` over `source` on `model`, printing progress (batches, images/s, running
-/// accuracy) on stderr. `fisher` feeds EATA; `seed` seeds MoETTA's routers.
-inline tta::Report run_method(const std::string& name, Model& model, const tta::BatchSource<float>& source,
-                              std::size_t total_batches, const std::vector<Images>& fisher, std::uint64_t seed,
-                              const std::string& label) {
+/// Runs method `name` with hyper-parameters `h` over `source` on `model`, printing progress
+/// (batches, images/s, running accuracy) on stderr. `fisher` feeds EATA; `seed` seeds MoETTA's
+/// routers.
+inline tta::Report run_method(const std::string& name, const Hyper& h, Model& model,
+                              const tta::BatchSource<float>& source, std::size_t total_batches,
+                              const std::vector<Images>& fisher, std::uint64_t seed, const std::string& label) {
   auto progress = [&](const tta::Progress& p) {
     if (p.batches % 4 && std::size_t(p.batches) != total_batches) return;
     std::fprintf(stderr, "\r  %-22s batch %4lld/%-4zu  %7.1f img/s  running acc %6.2f%%   ", label.c_str(),
@@ -85,17 +87,24 @@ inline tta::Report run_method(const std::string& name, Model& model, const tta::
     tta::NoAdapt<Model> m;
     r = tta::run(model, m, source, progress);
   } else if (name == "tent") {
-    tta::Tent<Model> m;
+    typename tta::Tent<Model>::Options o;
+    o.lr.at_reference = h.lr;
+    tta::Tent<Model> m(o);
     r = tta::run(model, m, source, progress);
   } else if (name == "eata") {
-    tta::EATA<Model> m({}, fisher);
+    typename tta::EATA<Model>::Options o;
+    o.lr.at_reference = h.lr, o.margin_factor = h.margin, o.d_margin = h.d_margin;
+    tta::EATA<Model> m(o, fisher);
     r = tta::run(model, m, source, progress);
   } else if (name == "sar") {
-    tta::SAR<Model> m;
+    typename tta::SAR<Model>::Options o;
+    o.lr.at_reference = h.lr, o.margin_factor = h.margin;
+    tta::SAR<Model> m(o);
     r = tta::run(model, m, source, progress);
   } else if (name == "moetta") {
     typename tta::MoETTA<Model>::Options o;
     o.router_seed = seed;
+    o.lr.at_reference = h.lr, o.margin_factor = h.margin, o.lambda = h.lambda, o.num_experts = index_t(h.experts);
     tta::MoETTA<Model> m(o);
     r = tta::run(model, m, source, progress);
   } else {
@@ -103,71 +112,6 @@ inline tta::Report run_method(const std::string& name, Model& model, const tta::
   }
   std::fprintf(stderr, "\n");
   return r;
-}
-
-/// Mean and population standard deviation (ddof 0, as numpy's default) of `v`.
-struct MeanStd {
-  double mean = std::nan(""), std = std::nan("");
-};
-inline MeanStd mean_std(const std::vector<double>& v) {
-  if (v.empty()) return {};
-  double s = 0, q = 0;
-  for (double x : v) s += x;
-  const double m = s / double(v.size());
-  for (double x : v) q += (x - m) * (x - m);
-  return {m, std::sqrt(q / double(v.size()))};
-}
-
-/// Every report of a run, by method then seed order.
-using Results = std::map<std::string, std::vector<tta::Report>>;
-
-/// The summary table: method | accuracy mean +- std | images/s | time (mean over seeds) | peak memory
-/// (the largest of the seeds' per-run peaks, MiB; see tta::Report::peak_rss_kib). When the kernel did
-/// not let the engine reset the peak before a run, a note under the table says the figures are
-/// cumulative over the process.
-inline std::string summary_table(const std::vector<std::string>& methods, const Results& res, std::size_t seeds) {
-  std::string s = fmt::format("| {:<9} | {:>21} | {:>9} | {:>10} | {:>13} |\n", "method",
-                              fmt::format("accuracy % ({} seeds)", seeds), "images/s", "time (s)", "peak RSS (MiB)");
-  s += "|-----------|-----------------------|-----------|------------|----------------|\n";
-  bool cumulative = false;
-  for (const auto& m : methods) {
-    std::vector<double> acc, ips, sec;
-    std::int64_t peak = -1;
-    for (const auto& r : res.at(m)) {
-      acc.push_back(100 * r.accuracy), ips.push_back(r.images_per_second), sec.push_back(r.seconds);
-      peak = std::max(peak, r.peak_rss_kib);
-      cumulative |= !r.peak_rss_per_run;
-    }
-    const auto a = mean_std(acc);
-    const std::string peak_s = peak < 0 ? std::string("n/a") : fmt::format("{:.0f}", double(peak) / 1024.0);
-    s += fmt::format("| {:<9} | {:>13.2f} +- {:<4.2f} | {:>9.1f} | {:>10.1f} | {:>14} |\n", display_name(m), a.mean, a.std,
-                     mean_std(ips).mean, mean_std(sec).mean, peak_s);
-  }
-  if (cumulative)
-    s += "note: the peak-memory high-water mark could not be reset (/proc/self/clear_refs), so peak RSS is the\n"
-         "      process's peak up to the end of each run, including the runs before it.\n";
-  return s;
-}
-
-/// Per-domain accuracy (%, mean over seeds): one row per domain, one column per method.
-inline std::string domain_table(const std::vector<std::string>& methods, const Results& res,
-                                const std::vector<std::string>& domains) {
-  std::string s = fmt::format("| {:<18} |", "domain");
-  for (const auto& m : methods) s += fmt::format(" {:>8} |", display_name(m));
-  s += "\n|--------------------|";
-  for (std::size_t i = 0; i < methods.size(); ++i) s += "----------|";
-  s += "\n";
-  for (std::size_t d = 0; d < domains.size(); ++d) {
-    s += fmt::format("| {:<18} |", domains[d]);
-    for (const auto& m : methods) {
-      std::vector<double> v;
-      for (const auto& r : res.at(m))
-        if (auto it = r.per_domain.find(int(d)); it != r.per_domain.end()) v.push_back(100 * it->second.accuracy());
-      s += fmt::format(" {:>8.2f} |", mean_std(v).mean);
-    }
-    s += "\n";
-  }
-  return s;
 }
 
 /// Cosine similarity of the expert parameter vectors (weight_delta[e] || bias_delta[e]) of one

@@ -1,8 +1,9 @@
 #pragma once
-// The embedded default: a small gray-scale ViT trained by ttmoe on Fashion-MNIST (cached as a
-// safetensors checkpoint with its config in the metadata), and the mixed test stream built from the
-// Fashion-MNIST test set: the 15 ImageNet-C corruptions (CIFAR parameters at <= 64 px), a
-// sketch-like rendition and an inverted rendition, each a domain.
+// The embedded default: a small gray-scale ViT trained by ttmoe on Fashion-MNIST minus a held-out
+// part of the training split (cached as a safetensors checkpoint with its config in the metadata);
+// the validation stream built from the held-out images under ImageNet-C's four extra corruptions;
+// and the mixed test stream built from the Fashion-MNIST test set: the 15 ImageNet-C corruptions
+// (CIFAR parameters at <= 64 px), a sketch-like rendition and an inverted rendition, each a domain.
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -32,14 +34,23 @@ namespace moetta_example {
 /// key, so changing a number here retrains instead of loading a stale file.
 struct FashionSetup {
   models::ViTConfig vit{28, 7, 1, 64, 6, 4, 128, 10};  // img, patch, chans, dim, depth, heads, mlp, classes
-  int epochs = 3;
+  int epochs = 4;
   index_t batch = 128;
+  /// The last `holdout` training images are never trained on: the validation stream is built from
+  /// them (ImageNet-C's extra corruptions), so hyper-parameters are chosen without the test set.
+  std::size_t holdout = 5000;
+  int max_shift = 2;  ///< training augmentation: random translation by up to this many pixels
   double lr = 2e-3, weight_decay = 0.05;
   float mean = 0.5f, std = 0.5f;  ///< same normalisation convention as the augreg ViT
   /// Cache file name (config and recipe encoded).
   std::string cache_name() const {
-    return fmt::format("fmnist_vit_i{}p{}d{}x{}h{}m{}_e{}b{}_v1.safetensors", vit.img_size, vit.patch_size, vit.embed_dim,
-                       vit.depth, vit.num_heads, vit.mlp_hidden, epochs, batch);
+    return fmt::format("fmnist_vit_i{}p{}d{}x{}h{}m{}_e{}b{}_ho{}s{}_v2.safetensors", vit.img_size, vit.patch_size,
+                       vit.embed_dim, vit.depth, vit.num_heads, vit.mlp_hidden, epochs, batch, holdout, max_shift);
+  }
+  /// Number of training images actually trained on (the rest is the validation hold-out).
+  std::size_t train_count(const io::FashionMnistSplit& train) const {
+    if (train.count <= holdout) throw std::runtime_error("Fashion-MNIST train split smaller than the hold-out");
+    return train.count - holdout;
   }
 };
 
@@ -95,9 +106,11 @@ inline Model train_fashion(const io::FashionMnistSplit& train, const FashionSetu
   ao.lr = f.lr, ao.weight_decay = f.weight_decay;
   auto opt = nn::AdamW<float>(params, ao);
   const std::size_t px = train.height * train.width, W = train.width;
-  const std::size_t steps_per_epoch = train.count / std::size_t(f.batch);  // drop the ragged last batch
+  const std::size_t n_train = f.train_count(train);
+  const std::size_t steps_per_epoch = n_train / std::size_t(f.batch);  // drop the ragged last batch
   const std::size_t total = steps_per_epoch * std::size_t(f.epochs), warmup = steps_per_epoch / 2;
-  std::vector<std::size_t> order(train.count);
+  std::vector<std::size_t> order(n_train);
+  std::vector<float> tmp(px);
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 g(1234);
   std::size_t step = 0;
@@ -117,6 +130,18 @@ inline Model train_fashion(const io::FashionMnistSplit& train, const FashionSetu
         fashion_normalized(train, n, f.mean, f.std, dst);
         if (g() & 1)  // horizontal flip: clothes are left-right symmetric, a free augmentation
           for (std::size_t r = 0; r < train.height; ++r) std::reverse(dst + r * W, dst + (r + 1) * W);
+        if (f.max_shift > 0) {  // random translation, background (normalised 0) shifted in
+          const int span = 2 * f.max_shift + 1;
+          const int dy = int(g() % std::uint64_t(span)) - f.max_shift, dx = int(g() % std::uint64_t(span)) - f.max_shift;
+          const float bg = (0.0f - f.mean) / f.std;
+          const int Hh = int(train.height), Ww = int(W);
+          for (int r = 0; r < Hh; ++r)
+            for (int c = 0; c < Ww; ++c) {
+              const int sr = r - dy, sc = c - dx;
+              tmp[std::size_t(r * Ww + c)] = sr >= 0 && sr < Hh && sc >= 0 && sc < Ww ? dst[sr * Ww + sc] : bg;
+            }
+          std::copy(tmp.begin(), tmp.end(), dst);
+        }
         y[std::size_t(k)] = train.labels[n];
       }
       auto labels = IndexTensor<DynShape<1>>::from_host(DynShape<1>(f.batch), std::span<const std::int64_t>(y));
@@ -154,7 +179,8 @@ inline std::string config_json(const FashionSetup& f) {
                       {"embed_dim", f.vit.embed_dim}, {"depth", f.vit.depth},        {"num_heads", f.vit.num_heads},
                       {"mlp_hidden", f.vit.mlp_hidden}, {"num_classes", f.vit.num_classes}, {"eps", f.vit.eps},
                       {"epochs", f.epochs},           {"batch", f.batch},            {"lr", f.lr},
-                      {"weight_decay", f.weight_decay}, {"mean", f.mean},            {"std", f.std}};
+                      {"weight_decay", f.weight_decay}, {"mean", f.mean},            {"std", f.std},
+                      {"holdout", f.holdout},         {"max_shift", f.max_shift}};
   return j.dump();
 }
 
@@ -190,8 +216,9 @@ inline std::filesystem::path ensure_fashion_model(const FashionSetup& f, const s
       fmt::print(stderr, "cached model {} unreadable ({}); retraining\n", path.string(), e.what());
     }
   }
-  fmt::print("Training the embedded ViT on Fashion-MNIST ({} images, {} epochs, AdamW; cached afterwards)\n", train.count,
-             f.epochs);
+  fmt::print("Training the embedded ViT on Fashion-MNIST ({} images, the last {} held out for validation; {} epochs, "
+             "AdamW, flips and shifts; cached afterwards)\n",
+             f.train_count(train), f.holdout, f.epochs);
   const auto t0 = std::chrono::steady_clock::now();
   Model m = train_fashion(train, f);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -226,44 +253,78 @@ inline Image inverted(const Image& im) {
   return out;
 }
 
-/// Domain names of the embedded stream: the 15 corruptions, then "sketch" and "inverted".
-inline std::vector<std::string> fashion_domain_names() {
-  std::vector<std::string> d;
-  for (auto c : all_corruptions) d.emplace_back(corruption_name(c));
-  d.emplace_back("sketch");
-  d.emplace_back("inverted");
+/// One domain of an embedded stream: its name and how a clean [0,1] image becomes its image
+/// (`seed` mixes the stream seed, the domain and the image, so each image has its own noise).
+struct FashionDomain {
+  std::string name;
+  std::function<Image(const Image&, std::uint64_t seed)> apply;
+};
+
+/// The test domains: the 15 ImageNet-C corruptions at `severity`, then "sketch" and "inverted".
+inline std::vector<FashionDomain> fashion_test_domains(int severity) {
+  std::vector<FashionDomain> d;
+  for (auto c : all_corruptions)
+    d.push_back({std::string(corruption_name(c)), [c, severity](const Image& im, std::uint64_t s) {
+                   return corrupt(im, c, severity, s);
+                 }});
+  d.push_back({"sketch", [](const Image& im, std::uint64_t) { return sketch(im); }});
+  d.push_back({"inverted", [](const Image& im, std::uint64_t) { return inverted(im); }});
   return d;
 }
 
-/// The mixed stream for one seed plus its images (normalised, H*W floats each, indexed by
-/// StreamItem::ref). Each domain takes `per_domain` test images (the same subset for every seed, so
-/// seeds differ only in order and corruption randomness); the corruption seed of an image mixes the
-/// stream seed, the domain and the image index.
+/// The validation domains: ImageNet-C's four extra corruptions (speckle noise, Gaussian blur,
+/// spatter, saturate) at `severity`, disjoint from every test domain.
+inline std::vector<FashionDomain> fashion_validation_domains(int severity) {
+  std::vector<FashionDomain> d;
+  for (auto c : extra_corruptions)
+    d.push_back({std::string(corruption_name(c)), [c, severity](const Image& im, std::uint64_t s) {
+                   return corrupt(im, c, severity, s);
+                 }});
+  return d;
+}
+
+/// Domain names of a domain list.
+inline std::vector<std::string> domain_names(const std::vector<FashionDomain>& domains) {
+  std::vector<std::string> n;
+  for (const auto& d : domains) n.push_back(d.name);
+  return n;
+}
+
+/// A mixed stream plus its images (normalised, H*W floats each, indexed by StreamItem::ref).
 struct FashionStream {
   io::Stream stream;
   std::vector<float> pixels;
 };
-inline FashionStream make_fashion_stream(const io::FashionMnistSplit& test, const FashionSetup& f, std::size_t per_domain,
-                                         int severity, std::uint64_t seed) {
-  const auto names = fashion_domain_names();
-  std::vector<io::StreamItem> all(test.count);
-  for (std::size_t i = 0; i < test.count; ++i) all[i] = {i, test.labels[i], 0};
-  const std::size_t px = test.height * test.width;
+
+/// The mixed stream of images [first, first + count) of `split` for one seed: those images are
+/// dealt out (a fixed shuffle, the same for every seed) into the domains in equal parts, so every
+/// image appears exactly once, under one domain (`per_domain` > 0 caps each part). Seeds differ in
+/// the order of the stream and the corruption randomness; an image's corruption seed mixes the
+/// stream seed, the domain and the image index.
+inline FashionStream make_fashion_stream(const io::FashionMnistSplit& split, std::size_t first, std::size_t count,
+                                         const std::vector<FashionDomain>& domains, const FashionSetup& f,
+                                         std::size_t per_domain, std::uint64_t seed) {
+  if (first + count > split.count) throw std::invalid_argument("make_fashion_stream: image range outside the split");
+  std::vector<std::size_t> idx(count);
+  std::iota(idx.begin(), idx.end(), first);
+  std::mt19937_64 g(2024);
+  io::portable_shuffle(idx, g);
+  const std::size_t part = count / domains.size(), take = per_domain ? std::min(per_domain, part) : part;
+  const std::size_t px = split.height * split.width;
   FashionStream fs;
-  std::vector<io::DomainItems> domains;
-  for (std::size_t d = 0; d < names.size(); ++d) {
-    auto items = io::subsample(all, per_domain, 1000 + d);
-    for (auto& it : items) {
-      const Image clean = fashion_image(test, it.ref);
-      Image x = d < all_corruptions.size()
-                    ? corrupt(clean, all_corruptions[d], severity, seed * 1000003ull + d * 100003ull + it.ref)
-                    : d == all_corruptions.size() ? sketch(clean) : inverted(clean);
-      it.ref = fs.pixels.size() / px;
+  fs.pixels.reserve(take * domains.size() * px);
+  std::vector<io::DomainItems> mixed;
+  for (std::size_t d = 0; d < domains.size(); ++d) {
+    std::vector<io::StreamItem> items;
+    for (std::size_t k = 0; k < take; ++k) {
+      const std::size_t n = idx[d * part + k];
+      const Image x = domains[d].apply(fashion_image(split, n), seed * 1000003ull + d * 100003ull + n);
+      items.push_back({fs.pixels.size() / px, split.labels[n], 0});
       for (float v : x.pixels) fs.pixels.push_back((v - f.mean) / f.std);
     }
-    domains.push_back({names[d], std::move(items)});
+    mixed.push_back({domains[d].name, std::move(items)});
   }
-  fs.stream = io::mix_domains(domains, seed);
+  fs.stream = io::mix_domains(mixed, seed);
   return fs;
 }
 

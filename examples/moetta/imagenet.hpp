@@ -147,6 +147,7 @@ inline int run_imagenet(const Options& o) {
                           std::span<float>(out, geo.floats()));
   };
   Results res;
+  const HyperSet paper = tta_common::paper_defaults();  // full scale: the papers' settings, unchanged
   for (const auto seed : o.seeds) {
     const auto stream = io::mix_domains(domains, seed);
     const std::size_t nb = (stream.items.size() + std::size_t(o.batch_size) - 1) / std::size_t(o.batch_size);
@@ -154,7 +155,7 @@ inline int run_imagenet(const Options& o) {
     for (const auto& m : methods) {
       Model model = load_vit_b16(*o.checkpoint);
       auto src = loader_source(stream, o.batch_size, geo, fill);
-      res[m].push_back(run_method(m, model, src, nb, fisher, seed, display_name(m) + " seed " + std::to_string(seed)));
+      res[m].push_back(run_method(m, paper.at(m), model, src, nb, fisher, seed, display_name(m) + " seed " + std::to_string(seed)));
     }
   }
   std::vector<std::string> names;

@@ -1,5 +1,6 @@
-// The 15 ImageNet-C corruptions (Hendrycks & Dietterich, "Benchmarking Neural Network
-// Robustness to Common Corruptions and Perturbations", ICLR 2019) behind one entry point:
+// The 15 ImageNet-C corruptions and its 4 extra (validation) ones (Hendrycks & Dietterich,
+// "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations", ICLR 2019)
+// behind one entry point:
 //
 //   Image noisy = ttmoe::corrupt(clean, ttmoe::Corruption::fog, /*severity=*/3, /*seed=*/42);
 //
@@ -12,6 +13,8 @@
 //   corruptions_blur.hpp     defocus_blur, glass_blur, motion_blur, zoom_blur
 //   corruptions_weather.hpp  snow, frost, fog, brightness
 //   corruptions_digital.hpp  contrast, elastic_transform, pixelate, jpeg_compression
+//   corruptions_extra.hpp    speckle_noise, gaussian_blur, spatter, saturate: ImageNet-C's four
+//                            held-out validation corruptions (extra_corruptions)
 //
 // Note: the released ImageNet-C files were additionally saved as JPEG (quality 85); corrupt()
 // returns the float image without that step (encode_jpeg/decode_image reproduce it if wanted).
@@ -22,6 +25,7 @@
 #include "ttmoe/io/corruptions_blur.hpp"
 #include "ttmoe/io/corruptions_common.hpp"
 #include "ttmoe/io/corruptions_digital.hpp"
+#include "ttmoe/io/corruptions_extra.hpp"
 #include "ttmoe/io/corruptions_noise.hpp"
 #include "ttmoe/io/corruptions_weather.hpp"
 #include "ttmoe/io/image.hpp"
@@ -49,6 +53,10 @@ inline Image corrupt(const Image& image, Corruption corruption, int severity, st
     case Corruption::elastic_transform: return corruptions::elastic_transform(image, severity, seed, options);
     case Corruption::pixelate: return corruptions::pixelate(image, severity, seed, options);
     case Corruption::jpeg_compression: return corruptions::jpeg_compression(image, severity, seed, options);
+    case Corruption::speckle_noise: return corruptions::speckle_noise(image, severity, seed, options);
+    case Corruption::gaussian_blur: return corruptions::gaussian_blur(image, severity, seed, options);
+    case Corruption::spatter: return corruptions::spatter(image, severity, seed, options);
+    case Corruption::saturate: return corruptions::saturate(image, severity, seed, options);
   }
   throw std::invalid_argument("corrupt: unknown Corruption value");
 }

@@ -36,7 +36,9 @@
 
 namespace ttmoe {
 
-/// The 15 ImageNet-C corruptions, in the paper's order (noise, blur, weather, digital).
+/// The 15 ImageNet-C corruptions, in the paper's order (noise, blur, weather, digital), then the
+/// four "extra" ones ImageNet-C provides as a validation set (speckle_noise, gaussian_blur, spatter,
+/// saturate; corruptions_extra.hpp).
 enum class Corruption {
   gaussian_noise,
   shot_noise,
@@ -53,6 +55,10 @@ enum class Corruption {
   elastic_transform,
   pixelate,
   jpeg_compression,
+  speckle_noise,
+  gaussian_blur,
+  spatter,
+  saturate,
 };
 
 /// All corruptions in enum order, for benchmark loops over the whole suite.
@@ -61,6 +67,11 @@ inline constexpr std::array<Corruption, 15> all_corruptions{
     Corruption::glass_blur,     Corruption::motion_blur,  Corruption::zoom_blur,     Corruption::snow,
     Corruption::frost,          Corruption::fog,          Corruption::brightness,    Corruption::contrast,
     Corruption::elastic_transform, Corruption::pixelate,  Corruption::jpeg_compression};
+
+/// The four extra corruptions of ImageNet-C, disjoint from all_corruptions: the benchmark's
+/// held-out validation corruptions (hyper-parameters are chosen on them, never on the fifteen).
+inline constexpr std::array<Corruption, 4> extra_corruptions{Corruption::speckle_noise, Corruption::gaussian_blur,
+                                                             Corruption::spatter, Corruption::saturate};
 
 /// The canonical name (the ImageNet-C folder name, e.g. "gaussian_noise").
 constexpr std::string_view corruption_name(Corruption c) noexcept {
@@ -80,6 +91,10 @@ constexpr std::string_view corruption_name(Corruption c) noexcept {
     case Corruption::elastic_transform: return "elastic_transform";
     case Corruption::pixelate: return "pixelate";
     case Corruption::jpeg_compression: return "jpeg_compression";
+    case Corruption::speckle_noise: return "speckle_noise";
+    case Corruption::gaussian_blur: return "gaussian_blur";
+    case Corruption::spatter: return "spatter";
+    case Corruption::saturate: return "saturate";
   }
   return "unknown";
 }
@@ -89,11 +104,14 @@ constexpr std::string_view corruption_name(Corruption c) noexcept {
 inline Corruption parse_corruption(std::string_view name) {
   for (Corruption c : all_corruptions)
     if (corruption_name(c) == name) return c;
+  for (Corruption c : extra_corruptions)
+    if (corruption_name(c) == name) return c;
   std::string valid;
   for (Corruption c : all_corruptions) {
     if (!valid.empty()) valid += ", ";
     valid += corruption_name(c);
   }
+  for (Corruption c : extra_corruptions) valid += ", " + std::string(corruption_name(c));
   throw std::invalid_argument("unknown corruption '" + std::string(name) + "'; valid names: " + valid);
 }
 
