@@ -2,10 +2,14 @@
 // folders written by save_pretrained (single file, sharded, bf16) load by name; full-sequence logits
 // match within 1e-4 (normwise relative), 32 greedy tokens per prompt are identical to transformers'
 // generate (prompts of different lengths batched together here, one at a time there), and the
-// continuation loss equals transformers' loss with the prefix labels set to -100.
+// continuation loss equals transformers' loss with the prefix labels set to -100. The other direction:
+// folders written by save_llama load in transformers (hf_load_check.py) and give the same logits.
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -148,4 +152,31 @@ TEST_CASE("llama hf folder: truncated shard and missing shard are errors naming 
     }
   }
   fs::remove_all(tmp);
+}
+
+TEST_CASE("llama hf folder: what save_llama writes loads in transformers with the same logits", "[llm][parity][io]") {
+  for (const char* name : {"llama3_small", "qwen2_small", "llama_small"})
+    for (io::DType dt : {io::DType::F32, io::DType::BF16}) {
+      auto m = models::load_llama<float>(case_dir(name));
+      const fs::path out = fs::temp_directory_path() /
+                           ("ttmoe_llm_save_" + std::string(name) + "_" + std::string(io::dtype_name(dt)) + "_" + std::to_string(::getpid()));
+      fs::remove_all(out);
+      models::save_llama(m, out, dt);
+      io::SafetensorsFile ref(case_dir(name) / "reference.safetensors");
+      const auto ids = ints(ref, "logits_ids");
+      io::SafetensorsWriter w;
+      w.add("ids", std::span<const std::int64_t>(ids), {3, 12});
+      w.write(out / "ids.safetensors");
+      const std::string cmd = std::string("'") + TTMOE_REF_PYTHON_EXE + "' '" + TTMOE_SOURCE_DIR +
+                              "/tests/llm/hf_load_check.py' '" + out.string() + "'";
+      INFO(name << " saved as " << io::dtype_name(dt) << ": " << cmd);
+      REQUIRE(std::system(cmd.c_str()) == 0);
+      // The saved weights (rounded if bf16) run by ttmoe, against transformers on the same folder.
+      auto back = models::load_llama<float>(out);
+      const double err = test::normwise_rel_error(back.forward(ids2(ref, "logits_ids")),
+                                                  test::read_tensor<3, float>(io::SafetensorsFile(out / "hf_logits.safetensors"), "logits"));
+      INFO("logits normwise relative error " << err);
+      CHECK(err <= 1e-4);
+      fs::remove_all(out);
+    }
 }
