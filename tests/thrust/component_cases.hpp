@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cases.hpp"
+#include "ttmoe/models/llama.hpp"
 #include "ttmoe/models/vit.hpp"
 #include "ttmoe/moe/aux_losses.hpp"
 #include "ttmoe/moe/cosine_router.hpp"
@@ -87,8 +88,8 @@ Results layer_norms() {
   return r;
 }
 
-/// timm attention, Llama GQA attention with RoPE and causal mask, RMSNorm, SwiGLU and GELU MLPs,
-/// cross-entropy and softmax entropy: outputs and every parameter gradient.
+/// timm attention, Llama GQA attention with RoPE and causal mask, RMSNorm, SwiGLU and GELU MLPs, a
+/// tiny Llama-family LM (embedding to tied head), cross-entropy and softmax entropy: outputs and every parameter gradient.
 template <class D, class T>
 Results layers() {
   using namespace ttmoe;
@@ -118,6 +119,32 @@ Results layers() {
     add_grads(r, "llama_block", {"x", "q_w", "k_w", "v_w", "o_w", "norm_w", "gate_w", "down_w"}, x,
               attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, attn.o_proj.weight, norm.weight,
               mlp.gate_proj.weight, mlp.down_proj.weight);
+  }
+  {
+    // A tiny Llama-family LM (Qwen2 biases, GQA, head_dim != hidden / heads, llama3 rope, tied head).
+    models::LlamaConfig c;
+    c.model_type = "qwen2";
+    c.vocab_size = 20;
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 6;
+    c.qkv_bias = true;
+    c.tie_word_embeddings = true;
+    c.max_position_embeddings = 32;
+    c.rope_scaling = {nn::RopeScaling::Type::llama3, 4.0, 1.0, 4.0, 8};
+    models::LlamaForCausalLM<T, D> lm(c, 80);
+    auto ids = make_idx<D>(DynShape<2>(2, 5), {1, 19, 3, 3, 7, 0, 2, 11, 5, 8});
+    autograd::Tape tape;
+    auto logits = lm(ids);
+    r.emplace_back("llama_lm.logits", host(logits));
+    autograd::backward(tape, sum_all(square(logits)));
+    const auto& l0 = lm.model.layers[0];
+    add_grads(r, "llama_lm", {"embed", "q_b", "k_w", "o_w", "down_w", "norm_w"}, lm.model.embed_tokens.weight,
+              l0.self_attn.q_proj.bias, l0.self_attn.k_proj.weight, l0.self_attn.o_proj.weight, l0.mlp.down_proj.weight,
+              lm.model.norm.weight);
   }
   {
     auto logits = make<T, D>(DynShape<2>(5, 7), 75, 2.0).set_requires_grad();

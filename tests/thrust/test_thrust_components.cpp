@@ -15,7 +15,7 @@ namespace P = ttmoe_parity;
 TEMPLATE_TEST_CASE("thrust_host layer_norm and grouped_layernorm match cpu", "[thrust]", float, double) {
   P::check_same([](auto d) { return P::layer_norms<decltype(d), TestType>(); }, P::thrust_tol<TestType>());
 }
-TEMPLATE_TEST_CASE("thrust_host attention, attention_gqa, rope, rmsnorm, mlp and losses match cpu", "[thrust]", float,
+TEMPLATE_TEST_CASE("thrust_host attention, attention_gqa, rope, rmsnorm, mlp, llama lm and losses match cpu", "[thrust]", float,
                    double) {
   P::check_same([](auto d) { return P::layers<decltype(d), TestType>(); }, P::thrust_tol<TestType>());
 }

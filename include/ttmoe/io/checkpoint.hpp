@@ -13,11 +13,13 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ttmoe/autograd/tape.hpp"
 #include "ttmoe/io/checkpoint_names.hpp"
 #include "ttmoe/io/safetensors.hpp"
+#include "ttmoe/io/safetensors_sharded.hpp"
 #include "ttmoe/nn/module.hpp"
 
 namespace ttmoe::io {
@@ -49,6 +51,8 @@ struct LoadOptions {
   bool ignore_unexpected = false;  ///< file keys (under the map's prefix) no parameter uses are fine
   /// Module parameter globs (fnmatch) not loaded at all, e.g. {"head.*"} to keep a fresh head.
   std::vector<std::string> skip;
+  /// File key globs (fnmatch) that are never "unexpected", e.g. a tied model's lm_head.weight.
+  std::vector<std::string> ignore_keys;
 };
 
 /// What load_state did.
@@ -66,12 +70,20 @@ inline bool matches_any(const std::vector<std::string>& globs, const std::string
 }
 }  // namespace detail
 
+/// Something tensors load from: a SafetensorsFile, or a ShardedSafetensors (the same lookups).
+template <class F>
+concept TensorSource = requires(const F& f, std::string_view k) {
+  { f.path() } -> std::convertible_to<std::string>;
+  { f.contains(k) } -> std::convertible_to<bool>;
+  { f.info(k) } -> std::convertible_to<const TensorInfo&>;
+  { f.names() } -> std::convertible_to<std::vector<std::string>>;
+};
+
 /// Loads every parameter of `module` (nn::for_each_parameter order) from `file`, key names through
 /// `names`. Throws CheckpointError listing all problems; on error the module is unchanged. Writes
 /// into the existing parameter storage, so requires_grad flags and views stay valid.
-template <class M>
-LoadReport load_state(M& module, const SafetensorsFile& file, const NameMap& names = timm_names(),
-                      const LoadOptions& opt = {}) {
+template <class M, TensorSource F>
+LoadReport load_state(M& module, const F& file, const NameMap& names = timm_names(), const LoadOptions& opt = {}) {
   std::vector<std::string> problems;
   LoadReport report;
   std::set<std::string> used;
@@ -102,7 +114,7 @@ LoadReport load_state(M& module, const SafetensorsFile& file, const NameMap& nam
                          "' does not convert to the parameter's element type");
   });
   for (const auto& key : file.names()) {
-    if (!names.owns(key) || used.count(key)) continue;
+    if (!names.owns(key) || used.count(key) || detail::matches_any(opt.ignore_keys, key)) continue;
     if (opt.ignore_unexpected) report.unexpected.push_back(key);
     else problems.push_back("unexpected key '" + key + "' (no module parameter maps to it)");
   }
@@ -113,7 +125,7 @@ LoadReport load_state(M& module, const SafetensorsFile& file, const NameMap& nam
     using T = typename std::remove_cvref_t<decltype(t)>::value_type;
     const std::string key = names.key_for(name);
     if (detail::matches_any(opt.skip, name) || !file.contains(key)) return;
-    file.read_as<T>(key, std::span<T>(t.data(), std::size_t(t.numel())));
+    file.template read_as<T>(key, std::span<T>(t.data(), std::size_t(t.numel())));
     report.loaded.push_back(name);
   });
   return report;

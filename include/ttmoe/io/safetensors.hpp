@@ -17,4 +17,5 @@
 #include "ttmoe/io/safetensors_error.hpp"    // SafetensorsError, ErrorKind
 #include "ttmoe/io/safetensors_file.hpp"     // SafetensorsFile, TensorInfo (reader)
 #include "ttmoe/io/safetensors_float16.hpp"  // F16 / BF16 <-> float conversions
+#include "ttmoe/io/safetensors_sharded.hpp"  // ShardedSafetensors (HF model.safetensors.index.json)
 #include "ttmoe/io/safetensors_writer.hpp"   // SafetensorsWriter

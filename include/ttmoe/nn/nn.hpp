@@ -5,6 +5,7 @@
 #include "ttmoe/nn/dropout.hpp"
 #include "ttmoe/nn/embedding.hpp"
 #include "ttmoe/nn/init.hpp"
+#include "ttmoe/nn/kv_cache.hpp"
 #include "ttmoe/nn/layernorm.hpp"
 #include "ttmoe/nn/linear.hpp"
 #include "ttmoe/nn/llama_attention.hpp"

@@ -4,6 +4,7 @@
 // rotate_half is one GEMM with a constant signed permutation matrix: it is differentiable through
 // matmul's VJP and needs no slicing on the last axis.
 
+#include <array>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -14,28 +15,69 @@
 
 namespace ttmoe::nn {
 
-/// cos / sin tables [P..., hd] for integer positions of any shape P (cat(ang, ang) layout).
+/// Frequency scaling of RoPE (Hugging Face `rope_scaling` / `rope_parameters`): none, or Llama 3.1's
+/// "llama3" (low frequencies divided by `factor`, high ones kept, a smooth ramp between).
+struct RopeScaling {
+  enum class Type { none, llama3 } type = Type::none;  ///< the rope_type
+  double factor = 1.0;                                  ///< llama3: low-frequency divisor
+  double low_freq_factor = 1.0;                         ///< llama3: wavelengths above orig/low are scaled
+  double high_freq_factor = 4.0;                        ///< llama3: wavelengths below orig/high are kept
+  double original_max_position_embeddings = 8192;      ///< llama3: the pre-training context
+};
+
+/// inv_freq[j] = theta^(-2j/hd) for j < hd/2, then the scaling's rewrite (transformers'
+/// `_compute_llama3_parameters`). In double: the tables are built once per forward, not per element.
+inline std::vector<double> rope_inv_freq(index_t head_dim, double theta = 10000.0, const RopeScaling& sc = {}) {
+  const index_t half = head_dim / 2;
+  std::vector<double> inv(static_cast<std::size_t>(half));
+  for (index_t j = 0; j < half; ++j) inv[std::size_t(j)] = std::pow(theta, -2.0 * double(j) / double(head_dim));
+  if (sc.type == RopeScaling::Type::llama3) {
+    const double pi = 3.14159265358979323846;
+    const double low_wavelen = sc.original_max_position_embeddings / sc.low_freq_factor;
+    const double high_wavelen = sc.original_max_position_embeddings / sc.high_freq_factor;
+    for (double& f : inv) {
+      const double wavelen = 2.0 * pi / f;
+      if (wavelen > low_wavelen) {
+        f = f / sc.factor;
+      } else if (wavelen >= high_wavelen) {  // the medium band: interpolate between scaled and kept
+        const double smooth = (sc.original_max_position_embeddings / wavelen - sc.low_freq_factor) /
+                              (sc.high_freq_factor - sc.low_freq_factor);
+        f = (1.0 - smooth) * f / sc.factor + smooth * f;
+      }
+    }
+  }
+  return inv;
+}
+
+/// cos / sin tables [P..., hd] for integer positions of any shape P (cat(ang, ang) layout), from the
+/// inverse frequencies `inv_freq` (hd / 2 of them, see rope_inv_freq).
 template <class T, class SI, class D>
 std::pair<Tensor<T, DynShape<SI::rank + 1>, D>, Tensor<T, DynShape<SI::rank + 1>, D>> rope_cos_sin(
-    const IndexTensor<SI, D>& positions, index_t head_dim, double theta = 10000.0) {
+    const IndexTensor<SI, D>& positions, const std::vector<double>& inv_freq) {
+  const index_t half = index_t(inv_freq.size()), head_dim = 2 * half;
   std::array<index_t, SI::rank + 1> e{};
   const auto ep = positions.extents();
   for (std::size_t i = 0; i < SI::rank; ++i) e[i] = ep[i];
   e[SI::rank] = head_dim;
   const auto shp = DynShape<SI::rank + 1>::from_extents(e);
   const auto pos = positions.to_vector();
-  const index_t half = head_dim / 2;
   std::vector<T> c(shp.numel()), s(shp.numel());  // built on the host, then copied to D
   for (std::size_t n = 0; n < pos.size(); ++n)
     for (index_t j = 0; j < half; ++j) {
-      const double inv = std::pow(theta, -2.0 * double(j) / double(head_dim));
-      const double a = double(pos[n]) * inv;
+      const double a = double(pos[n]) * inv_freq[std::size_t(j)];
       const index_t o = index_t(n) * head_dim;
       c[o + j] = c[o + j + half] = static_cast<T>(std::cos(a));
       s[o + j] = s[o + j + half] = static_cast<T>(std::sin(a));
     }
   using TT = Tensor<T, DynShape<SI::rank + 1>, D>;
   return {TT::from_host(shp, c), TT::from_host(shp, s)};
+}
+
+/// cos / sin tables with unscaled frequencies theta^(-2j/hd).
+template <class T, class SI, class D>
+std::pair<Tensor<T, DynShape<SI::rank + 1>, D>, Tensor<T, DynShape<SI::rank + 1>, D>> rope_cos_sin(
+    const IndexTensor<SI, D>& positions, index_t head_dim, double theta = 10000.0) {
+  return rope_cos_sin<T>(positions, rope_inv_freq(head_dim, theta));
 }
 
 /// The [hd, hd] matrix R with x @ R = rotate_half(x) = cat(-x[hd/2:], x[:hd/2]).

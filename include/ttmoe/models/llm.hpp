@@ -1,0 +1,8 @@
+#pragma once
+// Umbrella header for the Llama-family causal LMs: config, model, HF folders, sampling, generation.
+
+#include "ttmoe/models/llama.hpp"
+#include "ttmoe/models/llama_config.hpp"
+#include "ttmoe/models/llama_generate.hpp"
+#include "ttmoe/models/llama_hf.hpp"
+#include "ttmoe/models/sampling.hpp"

@@ -1,0 +1,109 @@
+#pragma once
+// A preallocated key/value cache for causal decoding and the attention kernel that reads it.
+// Layout [layers, B, KV, T_max, head_dim]: one sequence's keys of one head are contiguous, so a
+// decode step streams them front to back. Every sequence has its own length (no padding tokens are
+// attended): prompts of different lengths are prefilled together right-padded, and the padded tail
+// is simply overwritten by the next decode step. Inference only (never recorded on a tape); the
+// kernel runs on host-accessible memory (the CPU backend).
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ttmoe/core/error.hpp"
+#include "ttmoe/core/tensor.hpp"
+
+namespace ttmoe::nn {
+
+/// Keys and values of every layer for B sequences, up to `capacity()` positions each.
+template <class T = float, class D = cpu>
+struct KVCache {
+  Tensor<T, DynShape<5>, D> k, v;  ///< [layers, B, KV, T_max, hd]
+  std::vector<index_t> lengths;    ///< positions filled per sequence (the next token's position)
+
+  KVCache() = default;
+  /// Allocates (uninitialised: only written positions are read) a cache for `batch` sequences.
+  KVCache(index_t layers, index_t batch, index_t kv_heads, index_t capacity, index_t head_dim)
+      : k(DynShape<5>(layers, batch, kv_heads, capacity, head_dim)),
+        v(DynShape<5>(layers, batch, kv_heads, capacity, head_dim)),
+        lengths(static_cast<std::size_t>(batch), 0) {}
+
+  index_t layers() const { return k.extent(0); }
+  index_t batch() const { return k.extent(1); }
+  index_t kv_heads() const { return k.extent(2); }
+  index_t capacity() const { return k.extent(3); }
+  index_t head_dim() const { return k.extent(4); }
+  /// Forgets every sequence (the storage is kept for the next prompts).
+  void reset() { std::fill(lengths.begin(), lengths.end(), 0); }
+};
+
+namespace detail {
+/// q . k in float with 8 independent partial sums (the compiler vectorises them; one running sum
+/// would serialise on the add latency).
+template <class T>
+inline float dot(const T* a, const T* b, index_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  index_t e = 0;
+  for (; e + 8 <= n; e += 8)
+    for (index_t u = 0; u < 8; ++u) acc[u] += float(a[e + u]) * float(b[e + u]);
+  for (; e < n; ++e) acc[0] += float(a[e]) * float(b[e]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+}  // namespace detail
+
+/// One layer's step: stores the new keys k_new [B, KV, t, hd] (RoPE applied) and values
+/// v_new [B, t, KV, hd] at positions lengths[b] + i, then writes causal attention of q [B, H, t, hd]
+/// over positions [0, lengths[b] + i] to out [B, t, H * hd]. Query head h reads kv head h / (H / KV).
+/// Does not advance `lengths` (all layers of a step share them).
+template <class T, class D>
+void kv_cache_attention(KVCache<T, D>& cache, index_t layer, const T* q, const T* k_new, const T* v_new, T* out,
+                        index_t heads, index_t t, T scale) {
+  static_assert(std::is_same_v<D, cpu>, "kv_cache_attention runs on host memory (CPU backend)");
+  const index_t B = cache.batch(), KV = cache.kv_heads(), Tm = cache.capacity(), hd = cache.head_dim();
+  const index_t H = heads, g = H / KV;
+  for (index_t b = 0; b < B; ++b)
+    if (cache.lengths[std::size_t(b)] + t > Tm)
+      throw ValueError("kv_cache_attention: sequence " + std::to_string(b) + " needs " +
+                       std::to_string(cache.lengths[std::size_t(b)] + t) + " positions, the cache holds " +
+                       std::to_string(Tm));
+  T* kc = cache.k.data() + layer * B * KV * Tm * hd;
+  T* vc = cache.v.data() + layer * B * KV * Tm * hd;
+  for (index_t b = 0; b < B; ++b)
+    for (index_t h = 0; h < KV; ++h)
+      for (index_t i = 0; i < t; ++i) {
+        const index_t dst = ((b * KV + h) * Tm + cache.lengths[std::size_t(b)] + i) * hd;
+        std::copy_n(k_new + ((b * KV + h) * t + i) * hd, hd, kc + dst);
+        std::copy_n(v_new + ((b * t + i) * KV + h) * hd, hd, vc + dst);
+      }
+  std::vector<float> p;
+  std::vector<float> acc(static_cast<std::size_t>(hd));
+  for (index_t b = 0; b < B; ++b)
+    for (index_t h = 0; h < H; ++h) {
+      const T* kh = kc + (b * KV + h / g) * Tm * hd;
+      const T* vh = vc + (b * KV + h / g) * Tm * hd;
+      for (index_t i = 0; i < t; ++i) {
+        const T* qi = q + ((b * H + h) * t + i) * hd;
+        const index_t n = cache.lengths[std::size_t(b)] + i + 1;  // causal: keys up to this position
+        p.resize(std::size_t(n));
+        float mx = -INFINITY;
+        for (index_t j = 0; j < n; ++j) {
+          p[std::size_t(j)] = detail::dot(qi, kh + j * hd, hd) * float(scale);
+          mx = std::max(mx, p[std::size_t(j)]);
+        }
+        float sum = 0.f;
+        for (auto& x : p) sum += (x = std::exp(x - mx));
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (index_t j = 0; j < n; ++j) {
+          const float w = p[std::size_t(j)];
+          const T* vj = vh + j * hd;
+          for (index_t e = 0; e < hd; ++e) acc[std::size_t(e)] += w * float(vj[e]);
+        }
+        T* o = out + (b * t + i) * H * hd + h * hd;
+        for (index_t e = 0; e < hd; ++e) o[e] = static_cast<T>(acc[std::size_t(e)] / sum);
+      }
+    }
+}
+
+}  // namespace ttmoe::nn

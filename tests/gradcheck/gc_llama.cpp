@@ -1,0 +1,102 @@
+// Gradient checks of the Llama-family pieces added for issue 14: RoPE with llama3-scaled frequencies,
+// LlamaAttention in its general form (q/k/v biases as in Qwen2, head_dim != dim / heads, an o_proj
+// bias as with Llama's attention_bias) and a whole decoder layer (pre-norm attention and SwiGLU MLP
+// whose down projection adds the residual as it stores), every weight a harness input.
+
+#include <gradcheck.hpp>
+
+#include "ttmoe/models/llama.hpp"
+
+using namespace ttmoe;
+using namespace ttmoe::gradcheck;
+
+namespace {
+
+const nn::RopeScaling kLlama3{nn::RopeScaling::Type::llama3, 8.0, 1.0, 4.0, 16};
+
+/// x [B, T, d] plus q/k/v/o weights and biases for `heads` query heads, `kv` kv heads of width hd.
+Shapes attention_shapes(Rng& r, index_t heads, index_t kv, index_t hd) {
+  const index_t d = r.ext(2, 5);
+  return {{r.ext(1, 2), r.ext(1, 4), d}, {heads * hd, d}, {heads * hd}, {kv * hd, d}, {kv * hd},
+          {kv * hd, d},                   {kv * hd},       {d, heads * hd}, {d}};
+}
+
+/// Fills `a` from inputs [first, first + 9) laid out as attention_shapes.
+void set_attention(nn::LlamaAttention<double>& a, const Inputs& in, std::size_t first, index_t heads, index_t kv,
+                   index_t hd, bool o_bias) {
+  a.num_heads = heads;
+  a.num_kv_heads = kv;
+  a.head_dim = hd;
+  a.inv_freq = nn::rope_inv_freq(hd, 500.0, kLlama3);
+  a.q_proj.weight = in.get<2>(first + 1);
+  a.q_proj.bias = in.get<1>(first + 2);
+  a.k_proj.weight = in.get<2>(first + 3);
+  a.k_proj.bias = in.get<1>(first + 4);
+  a.v_proj.weight = in.get<2>(first + 5);
+  a.v_proj.bias = in.get<1>(first + 6);
+  a.o_proj.weight = in.get<2>(first + 7);
+  if (o_bias) a.o_proj.bias = in.get<1>(first + 8);
+}
+
+IndexTensor<DynShape<2>> positions(const Inputs& in, index_t b, index_t t) {
+  auto rng = in.rng(13);
+  return random_indices<2>(rng, {b, t}, 40);  // past original_max_position_embeddings / high_freq_factor
+}
+
+}  // namespace
+
+GRADCHECK_CASE("rope_llama3") {
+  // The scaled frequencies are constants: the gradient is rotate-by-minus-angle of the seed, but the
+  // angles differ from plain RoPE in all three bands (kept, interpolated, divided by factor).
+  return Case().variant(
+      "x [B,H,T,hd], hd up to 12, positions [B,T] in [0,40)",
+      [](Rng& r) { return Shapes{{r.ext(1, 2), r.ext(1, 3), r.ext(1, 4), 2 * r.ext(2, 6)}}; },
+      [](const Inputs& in) -> Output {
+        auto x = in.get<4>(0);
+        auto [c, s] = nn::rope_cos_sin<double>(positions(in, x.extent(0), x.extent(2)),
+                                               nn::rope_inv_freq(x.extent(3), 500.0, kLlama3));
+        return nn::apply_rope(x, c, s);
+      });
+}
+
+GRADCHECK_CASE("llama_attention_general") {
+  auto f = [](index_t heads, index_t kv, index_t hd, bool o_bias) {
+    return [=](const Inputs& in) -> Output {
+      nn::LlamaAttention<double> a;
+      set_attention(a, in, 0, heads, kv, hd, o_bias);
+      auto x = in.get<3>(0);
+      return a(x, positions(in, x.extent(0), x.extent(1)));
+    };
+  };
+  return Case()
+      .variant("Qwen2: q/k/v biases, 4 heads, 2 kv, hd 4 (!= d / heads), llama3 rope",
+               [](Rng& r) { return attention_shapes(r, 4, 2, 4); }, f(4, 2, 4, false))
+      .variant("Llama attention_bias: all four biases, 2 heads, 1 kv, hd 2",
+               [](Rng& r) { return attention_shapes(r, 2, 1, 2); }, f(2, 1, 2, true));
+}
+
+GRADCHECK_CASE("llama_decoder_layer") {
+  // x, two RMSNorm weights, attention (9), gate / up / down weights.
+  auto shapes = [](Rng& r) {
+    Shapes s = attention_shapes(r, 2, 1, 2);
+    const index_t d = s[0][2], h = r.ext(1, 4);
+    s.push_back({d});
+    s.push_back({d});
+    s.push_back({h, d});
+    s.push_back({h, d});
+    s.push_back({d, h});
+    return s;
+  };
+  return Case().variant("pre-norm GQA attention + SwiGLU, both residuals", shapes, [](const Inputs& in) -> Output {
+    models::LlamaDecoderLayer<double> layer;
+    set_attention(layer.self_attn, in, 0, 2, 1, 2, false);
+    layer.input_layernorm.weight = in.get<1>(9);
+    layer.post_attention_layernorm.weight = in.get<1>(10);
+    layer.mlp.gate_proj.weight = in.get<2>(11);
+    layer.mlp.up_proj.weight = in.get<2>(12);
+    layer.mlp.down_proj.weight = in.get<2>(13);
+    auto x = in.get<3>(0);
+    auto pos = positions(in, x.extent(0), x.extent(1));
+    return layer.block(Tensor<double, DynShape<3>>(x), [&](const auto& n) { return layer.self_attn(n, pos); });
+  });
+}
