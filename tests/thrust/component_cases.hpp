@@ -88,8 +88,8 @@ Results layer_norms() {
   return r;
 }
 
-/// timm attention, Llama GQA attention with RoPE and causal mask, RMSNorm, SwiGLU and GELU MLPs, a
-/// tiny Llama-family LM (embedding to tied head), cross-entropy and softmax entropy: outputs and every parameter gradient.
+/// timm attention, Llama GQA attention with RoPE and causal mask, RMSNorm, SwiGLU and GELU MLPs,
+/// cross-entropy and softmax entropy: outputs and every parameter gradient.
 template <class D, class T>
 Results layers() {
   using namespace ttmoe;
@@ -121,6 +121,24 @@ Results layers() {
               mlp.gate_proj.weight, mlp.down_proj.weight);
   }
   {
+    auto logits = make<T, D>(DynShape<2>(5, 7), 75, 2.0).set_requires_grad();
+    auto labels = make_idx<D>(DynShape<1>(5), {0, 6, 3, 3, 1});
+    autograd::Tape tape;
+    auto loss = eval(mean_all(nn::cross_entropy(logits, labels)) + mean_all(nn::softmax_entropy(logits)));
+    r.emplace_back("ce_entropy.loss", host(loss));
+    autograd::backward(tape, loss);
+    add_grads(r, "ce_entropy", {"logits"}, logits);
+  }
+  return r;
+}
+
+/// A tiny Llama-family LM (Qwen2 biases, GQA, head_dim != hidden / heads, llama3 rope, tied head):
+/// logits and gradients from the embedding to the head.
+template <class D, class T>
+Results llama_lm() {
+  using namespace ttmoe;
+  Results r;
+  {
     // A tiny Llama-family LM (Qwen2 biases, GQA, head_dim != hidden / heads, llama3 rope, tied head).
     models::LlamaConfig c;
     c.model_type = "qwen2";
@@ -145,15 +163,6 @@ Results layers() {
     add_grads(r, "llama_lm", {"embed", "q_b", "k_w", "o_w", "down_w", "norm_w"}, lm.model.embed_tokens.weight,
               l0.self_attn.q_proj.bias, l0.self_attn.k_proj.weight, l0.self_attn.o_proj.weight, l0.mlp.down_proj.weight,
               lm.model.norm.weight);
-  }
-  {
-    auto logits = make<T, D>(DynShape<2>(5, 7), 75, 2.0).set_requires_grad();
-    auto labels = make_idx<D>(DynShape<1>(5), {0, 6, 3, 3, 1});
-    autograd::Tape tape;
-    auto loss = eval(mean_all(nn::cross_entropy(logits, labels)) + mean_all(nn::softmax_entropy(logits)));
-    r.emplace_back("ce_entropy.loss", host(loss));
-    autograd::backward(tape, loss);
-    add_grads(r, "ce_entropy", {"logits"}, logits);
   }
   return r;
 }

@@ -15,9 +15,15 @@ namespace P = ttmoe_parity;
 TEMPLATE_TEST_CASE("thrust_host layer_norm and grouped_layernorm match cpu", "[thrust]", float, double) {
   P::check_same([](auto d) { return P::layer_norms<decltype(d), TestType>(); }, P::thrust_tol<TestType>());
 }
-TEMPLATE_TEST_CASE("thrust_host attention, attention_gqa, rope, rmsnorm, mlp, llama lm and losses match cpu", "[thrust]", float,
+TEMPLATE_TEST_CASE("thrust_host attention, attention_gqa, rope, rmsnorm, mlp and losses match cpu", "[thrust]", float,
                    double) {
   P::check_same([](auto d) { return P::layers<decltype(d), TestType>(); }, P::thrust_tol<TestType>());
+}
+TEMPLATE_TEST_CASE("thrust_host tiny llama-family LM matches cpu", "[thrust]", float, double) {
+  // The tied embedding's gradient sums the head GEMM's and the lookup's contributions in a
+  // backend-dependent order: float agrees to ~1e-5 relative, double to 1e-12.
+  P::check_same([](auto d) { return P::llama_lm<decltype(d), TestType>(); },
+                std::is_same_v<TestType, float> ? 1e-4 : 1e-12);
 }
 TEMPLATE_TEST_CASE("thrust_host moe_layernorm, routers, aux losses, moe_ffn, lora_merge and sparse_softmax match cpu",
                    "[thrust]", float, double) {
