@@ -3,6 +3,8 @@
 // behave as on photographs, yet generated so the tests need no data files.
 #pragma once
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "ttmoe/io/image.hpp"
@@ -37,6 +39,13 @@ inline ttmoe::Image quantized_pattern(int height, int width, int channels) {
     v = static_cast<float>((state >> 24) & 0xFFu) / 255.0f;
   }
   return im;
+}
+
+// Mean absolute per-value difference of two images of the same size: how much a corruption moved.
+inline double mean_abs_change(const ttmoe::Image& a, const ttmoe::Image& b) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < a.pixels.size(); ++i) s += std::fabs(double(a.pixels[i]) - b.pixels[i]);
+  return s / static_cast<double>(a.pixels.size());
 }
 
 }  // namespace ttmoe_test

@@ -20,11 +20,7 @@ using ttmoe::ParameterTable;
 
 namespace {
 
-double mean_abs_change(const Image& a, const Image& b) {
-  double s = 0.0;
-  for (std::size_t i = 0; i < a.pixels.size(); ++i) s += std::fabs(double(a.pixels[i]) - b.pixels[i]);
-  return s / static_cast<double>(a.pixels.size());
-}
+using ttmoe_test::mean_abs_change;
 
 Image constant(int h, int w, int c, float v) {
   Image im = ttmoe::make_image(h, w, c);
