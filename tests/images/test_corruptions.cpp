@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "corruption_checks.hpp"
 #include "synthetic_images.hpp"
 #include "ttmoe/io/corruptions.hpp"
 
@@ -111,14 +112,7 @@ TEST_CASE("corruption: every corruption is deterministic, keeps the shape and st
       const int severity = im.height == 224 ? 5 : 3;
       const Image a = ttmoe::corrupt(im, c, severity, 7);
       const Image b = ttmoe::corrupt(im, c, severity, 7);
-      CHECK(a.height == im.height);
-      CHECK(a.width == im.width);
-      CHECK(a.channels == im.channels);
-      REQUIRE(a.pixels.size() == im.pixels.size());
-      CHECK(a.pixels == b.pixels);
-      const auto [lo, hi] = std::minmax_element(a.pixels.begin(), a.pixels.end());
-      CHECK(*lo >= 0.0f);
-      CHECK(*hi <= 1.0f);
+      ttmoe_test::check_corrupted_image(im, a, b);
       CHECK(mean_abs_change(im, a) > 0.0);
     }
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "corruption_checks.hpp"
 #include "synthetic_images.hpp"
 #include "ttmoe/io/corruptions.hpp"
 
@@ -57,14 +58,7 @@ TEST_CASE("extra corruptions: deterministic, shape kept, values in [0,1], image 
         INFO(ttmoe::corruption_name(c) << " severity " << s << " on " << im.height << "x" << im.width << "x" << im.channels);
         const Image a = ttmoe::corrupt(im, c, s, 7);
         const Image b = ttmoe::corrupt(im, c, s, 7);
-        CHECK(a.height == im.height);
-        CHECK(a.width == im.width);
-        CHECK(a.channels == im.channels);
-        REQUIRE(a.pixels.size() == im.pixels.size());
-        CHECK(a.pixels == b.pixels);
-        const auto [lo, hi] = std::minmax_element(a.pixels.begin(), a.pixels.end());
-        CHECK(*lo >= 0.0f);
-        CHECK(*hi <= 1.0f);
+        ttmoe_test::check_corrupted_image(im, a, b);
         const bool gray_identity = c == Corruption::saturate && im.channels == 1 && s <= 3;  // no saturation to scale
         if (gray_identity) CHECK(a.pixels == im.pixels);
         else CHECK(mean_abs_change(im, a) > 0.0);
