@@ -9,7 +9,8 @@ Writes <out>/parity/domainbed_torchvision.safetensors with
   * eval_src (uint8 HWC) and eval_out: DomainBed's evaluation transform Resize((24, 24)), ToTensor,
     Normalize(ImageNet) through PIL;
   * rrc_*: statistics of 20,000 RandomResizedCrop.get_params draws (scale 0.7-1) on a 90x160 image;
-  * aug_*: per-channel means of DomainBed's full training Compose (at 32 px) over 400 draws of one image.
+  * aug_*: per-channel means of DomainBed's full training Compose (at 32 px, on the float tensor) over 2000
+    draws of one image.
 Runs with the pinned reference environment (torchvision 0.29.2, numpy, Pillow); about a second.
 """
 import argparse
@@ -99,12 +100,13 @@ def main():
 
     au = smooth_image(48, 64, 2)
     t["aug_src"] = au
+    # On a float tensor (ToTensor done first), the path ttmoe implements: through PIL every colour step
+    # would truncate to 8 bits (Image.blend casts down), which darkens by about 0.5/255 per step.
     train_tf = transforms.Compose([
-        transforms.RandomResizedCrop(32, scale=(0.7, 1.0)), transforms.RandomHorizontalFlip(),
-        transforms.ColorJitter(0.3, 0.3, 0.3, 0.3), transforms.RandomGrayscale(), transforms.ToTensor(),
-        transforms.Normalize(MEAN, STD)])
-    pil = Image.fromarray(au)
-    means = torch.stack([train_tf(pil).mean(dim=(1, 2)) for _ in range(400)])  # [400, 3]
+        transforms.RandomResizedCrop(32, scale=(0.7, 1.0), antialias=True), transforms.RandomHorizontalFlip(),
+        transforms.ColorJitter(0.3, 0.3, 0.3, 0.3), transforms.RandomGrayscale(), transforms.Normalize(MEAN, STD)])
+    x = TF.to_tensor(Image.fromarray(au))
+    means = torch.stack([train_tf(x).mean(dim=(1, 2)) for _ in range(2000)])  # [2000, 3]
     t["aug_channel_means"] = means
     os.makedirs(os.path.join(a.out, "parity"), exist_ok=True)
     st.save(os.path.join(a.out, "parity", "domainbed_torchvision.safetensors"),
