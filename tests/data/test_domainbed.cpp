@@ -171,14 +171,46 @@ TEST_CASE("domainbed batches: 32 per training domain, labels and domains match t
   }
   CHECK(training_batch(ds, splits, cfg, 1).images == got[1].images);  // step-addressed: a resume sees the same
   CHECK(got[0].images != got[1].images);
-  // Only the 'in' split is drawn from.
-  const std::set<std::size_t> in_a(splits[0].in.begin(), splits[0].in.end());
-  CHECK(in_a.size() == std::size_t(12 - 2));
   auto resumed = training_stream(ds, splits, cfg, 2);
   CHECK(resumed.size() == 1);
   CHECK(resumed.next()->images == got[2].images);
   cfg.test_env = 3;
   CHECK_THROWS_AS(training_stream(ds, splits, cfg), DomainBedError);
+}
+
+TEST_CASE("domainbed batches: training draws only from the 'in' split, evaluation streams a subset in order", "[data][domainbed]") {
+  TempDir t;
+  // One class, 40 images per domain, each a constant gray that encodes its file index.
+  for (const char* d : {"a", "b"})
+    for (int i = 0; i < 40; ++i) {
+      char name[16];
+      std::snprintf(name, sizeof name, "%02d.png", i);
+      write_tiny_image(t.path / "toy" / d / "x" / name, float(i + 1) / 255.0f, 6, 6);
+    }
+  const auto ds = scan_domainbed(t.path, "toy");
+  const auto splits = split_environments(ds, 3);
+  REQUIRE(splits[1].out.size() == 8);
+  TrainingStreamConfig cfg;
+  cfg.test_env = 0;
+  cfg.augment.size = 4;
+  cfg.augment.norm = half_normalization();
+  cfg.augment.brightness = cfg.augment.contrast = cfg.augment.saturation = cfg.augment.hue = 0;
+  std::set<std::size_t> drawn;
+  for (std::size_t step = 0; step < 20; ++step) {
+    const auto b = training_batch(ds, splits, cfg, step);
+    REQUIRE(b.size() == 32);
+    for (std::size_t i = 0; i < 32; ++i) drawn.insert(std::size_t(std::lround((b.images[i * 48] * 0.5f + 0.5f) * 255.0f)) - 1);
+  }
+  const std::set<std::size_t> in(splits[1].in.begin(), splits[1].in.end());
+  CHECK(std::includes(in.begin(), in.end(), drawn.begin(), drawn.end()));
+  CHECK(drawn.size() == in.size());  // 640 draws with replacement reach all 32 'in' images
+
+  auto ev = evaluation_stream(ds, 1, splits[1].out, EvalTransform{4, half_normalization()}, 3, 3);
+  CHECK(ev.size() == 3);  // 8 images in batches of 3
+  std::vector<std::size_t> seen;
+  while (auto b = ev.next())
+    for (std::size_t i = 0; i < b->size(); ++i) seen.push_back(std::size_t(std::lround((b->images[i * 48] * 0.5f + 0.5f) * 255.0f)) - 1);
+  CHECK(seen == splits[1].out);
 }
 
 TEST_CASE("domainbed batches: an unreadable image fails the batch with the file's name", "[data][domainbed]") {
@@ -197,6 +229,10 @@ TEST_CASE("domainbed batches: an unreadable image fails the batch with the file'
   }
   const auto ok = evaluation_batch(ds, 1, {0, 1}, EvalTransform{8, half_normalization()}, 3, 8, 0);
   CHECK(ok.size() == 2);
+  // Through the background loader the error arrives at the batch that needed the file.
+  auto ev = evaluation_stream(ds, 0, all, EvalTransform{8, half_normalization()}, 3, 2);
+  CHECK(ev.next()->size() == 2);  // 0.png, 1.png
+  CHECK_THROWS_AS(ev.next(), ImageError);
 }
 
 TEST_CASE("augment: crop box inside the image with area fraction and ratio in range", "[data][augment]") {

@@ -12,7 +12,6 @@
 // naming the file when the loader reaches it (see domainbed_loader.hpp for why that is the policy).
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -72,11 +71,7 @@ inline const KnownDomainBedDataset* find_known_domainbed_dataset(const std::stri
 /// Whether torchvision's ImageFolder accepts `p` (IMG_EXTENSIONS, any case). Broader than what stb
 /// decodes (.tif, .webp): such files stay in the list so indices match DomainBed's, and fail by name.
 inline bool is_imagefolder_file(const std::filesystem::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  for (const char* e : {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"})
-    if (ext == e) return true;
-  return false;
+  return has_extension(p, {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"});
 }
 
 /// The image files under a class folder in ImageFolder's order: folders (the class folder and every

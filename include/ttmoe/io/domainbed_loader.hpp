@@ -109,6 +109,20 @@ inline ImageBatch evaluation_batch(const DomainBedDataset& ds, std::size_t env, 
   return b;
 }
 
+/// Evaluation of one environment's subset as a stream: ceil(indices.size() / batch) evaluation_batch
+/// results in order, decoded ahead on a background thread. `ds` and `indices` must outlive the loader.
+inline BackgroundLoader<ImageBatch> evaluation_stream(const DomainBedDataset& ds, std::size_t env,
+                                                      const std::vector<std::size_t>& indices, const EvalTransform& t,
+                                                      int decode_channels = 3, std::size_t batch = 64, std::size_t queue = 4) {
+  if (batch == 0) throw std::invalid_argument("evaluation_stream: batch must be positive");
+  const std::size_t count = (indices.size() + batch - 1) / batch;
+  return BackgroundLoader<ImageBatch>(
+      count, [&ds, env, &indices, t, decode_channels, batch](std::size_t i) {
+        return evaluation_batch(ds, env, indices, t, decode_channels, batch, i);
+      },
+      queue);
+}
+
 /// The training stream of a run: cfg.steps batches (training_batch(step) for step = first_step, ...),
 /// decoded ahead on a background thread. `first_step` > 0 resumes a run with the same batches.
 /// `ds` and `splits` must outlive the loader.
