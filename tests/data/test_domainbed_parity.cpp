@@ -78,6 +78,10 @@ TEST_CASE("augment parity: colour operations equal torchvision's float-tensor fu
   CHECK(max_diff_chw(adjust_hue(src, 0.2f), fixture().read<float>("colour_hue_0.2")) < 1e-5);
   CHECK(max_diff_chw(adjust_hue(src, -0.27f), fixture().read<float>("colour_hue_-0.27")) < 1e-5);
   CHECK(max_diff_chw(grayscale_like(src), fixture().read<float>("colour_gray")) < 1e-6);
+  const auto src1 = chw_image(fixture().read<float>("colour_src"), 1, 16, 20);  // the red plane alone
+  CHECK(max_diff_chw(adjust_contrast(src1, 1.25f), fixture().read<float>("colour_contrast_1ch_1.25")) < 1e-6);
+  CHECK(adjust_saturation(src1, 1.3f) == src1);  // torchvision leaves one channel alone
+  CHECK(adjust_hue(src1, 0.2f) == src1);
 }
 
 TEST_CASE("augment parity: the evaluation transform matches Resize + ToTensor + Normalize through PIL", "[data][augment][parity]") {

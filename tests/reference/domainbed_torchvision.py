@@ -80,6 +80,7 @@ def main():
     t["colour_hue_0.2"] = TF.adjust_hue(src, 0.2)
     t["colour_hue_-0.27"] = TF.adjust_hue(src, -0.27)
     t["colour_gray"] = TF.rgb_to_grayscale(src, num_output_channels=3)
+    t["colour_contrast_1ch_1.25"] = TF.adjust_contrast(src[:1], 1.25)  # one channel: blend with its own mean
 
     ev = smooth_image(37, 53, 1)
     t["eval_src"] = ev
