@@ -137,7 +137,8 @@ inline std::vector<Image> opencv_handwritten_cells(const std::filesystem::path& 
 }
 
 /// Builds domain `spec` (its index `domain_index` feeds the seed): per_class framed, jittered digits per
-/// class. Sample i of a class uses font i mod (number of fonts), or handwritten cell i of that class.
+/// class. Sample i of a class uses font i mod (number of fonts), or the i-th handwritten cell of that
+/// class (so a smaller per_class takes the first cells of each digit's five rows).
 inline DigitDomain build_digit_domain(const DigitDomainSpec& spec, std::size_t domain_index, const DigitSetOptions& o) {
   DigitDomain d{spec.name, {}, {}};
   std::vector<std::vector<Image>> sources(10);  // per digit: the glyphs samples cycle through
@@ -195,25 +196,34 @@ inline void write_digit_set(const std::vector<DigitDomain>& domains, const std::
   }
 }
 
-/// The data root holding `digit_dataset_folder` built with `o`, under `cache_dir`: built (in a temporary
-/// folder, renamed when complete, so an interrupted build is never used) unless a complete build with the
-/// same recipe is already there. Pass the returned root and digit_dataset_folder to scan_domainbed.
+/// Whether `dataset_dir` holds a complete build whose RECIPE.txt says `recipe`.
+inline bool digit_dataset_matches(const std::filesystem::path& dataset_dir, const std::string& recipe) {
+  std::ifstream in(dataset_dir / "RECIPE.txt");
+  std::string line;
+  return in && std::getline(in, line) && line == recipe;
+}
+
+/// The data root holding `digit_dataset_folder` built with `o`, under `cache_dir`: built unless a complete
+/// build with the same recipe is already there. The build goes to a folder of its own
+/// (digits4.partial-<random>) renamed into place when complete, so an interrupted build is never read and
+/// two processes building at once do not mix files. Pass the returned root and digit_dataset_folder to
+/// scan_domainbed.
 inline std::filesystem::path ensure_digit_dataset(const std::filesystem::path& cache_dir, const DigitSetOptions& o = {}) {
   const auto target = cache_dir / digit_dataset_folder;
-  const auto stamp = target / "RECIPE.txt";
-  {
-    std::ifstream in(stamp);
-    std::string line;
-    if (in && std::getline(in, line) && line == o.recipe()) return cache_dir;
-  }
-  const auto tmp = cache_dir / (digit_dataset_folder + ".partial");
+  const std::string recipe = o.recipe();
+  if (digit_dataset_matches(target, recipe)) return cache_dir;
+  const auto tmp = cache_dir / (digit_dataset_folder + ".partial-" + std::to_string(std::random_device{}()));
   std::filesystem::remove_all(tmp);
   std::filesystem::create_directories(tmp);
   write_digit_set(build_digit_set(o), tmp);
   {
     std::ofstream out(tmp / "RECIPE.txt");
-    out << o.recipe() << "\n";
+    out << recipe << "\n";
     if (!out) throw DatasetError("digit set: cannot write " + (tmp / "RECIPE.txt").string());
+  }
+  if (digit_dataset_matches(target, recipe)) {  // another process finished the same build first
+    std::filesystem::remove_all(tmp);
+    return cache_dir;
   }
   std::filesystem::remove_all(target);
   std::filesystem::rename(tmp, target);
