@@ -79,6 +79,14 @@ TEST_CASE("domainbed: known dataset names map to DomainBed's folders and domains
     CHECK(e.kind() == DomainBedErrorKind::MissingFolder);
     CHECK(std::string(e.what()).find("'sketch'") != std::string::npos);
   }
+  write_tiny_image(t.path / "PACS" / "sketch" / "dog" / "0.png", 0.2f);  // all four domains, one class of 7
+  try {
+    scan_domainbed(t.path, "PACS");
+    FAIL("no error");
+  } catch (const DomainBedError& e) {
+    CHECK(e.kind() == DomainBedErrorKind::ClassMismatch);
+    CHECK(std::string(e.what()).find("has 7 classes") != std::string::npos);
+  }
 }
 
 TEST_CASE("domainbed: layout errors are typed and name the domain and class", "[data][domainbed]") {

@@ -9,7 +9,10 @@
 #include <numeric>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include <ttmoe/io/augment.hpp>
+#include <ttmoe/io/domainbed.hpp>
 #include <ttmoe/io/domainbed_split.hpp>
 #include <ttmoe/io/safetensors.hpp>
 
@@ -50,6 +53,27 @@ Image u8_hwc_image(const std::string& name) {
   return im;
 }
 }  // namespace
+
+TEST_CASE("domainbed layout parity: environments, files and labels in torchvision ImageFolder's order", "[data][domainbed][parity]") {
+  // The tree (empty files named to probe case, spaces, non-ASCII, nesting and extensions) was written by
+  // the fixture script, which recorded ImageFolder's samples for each environment.
+  const auto ref = nlohmann::json::parse(fixture().metadata().at("imagefolder_samples"));
+  const std::filesystem::path root = std::string(TTMOE_TEST_DATA_DIR) + "/domainbed_tree";
+  const auto ds = scan_domainbed(root, "toy");
+  std::vector<std::string> ref_envs;
+  for (const auto& [env, samples] : ref.items()) ref_envs.push_back(env);
+  std::sort(ref_envs.begin(), ref_envs.end());  // json objects do not keep order; DomainBed sorts
+  REQUIRE(ds.domain_names() == ref_envs);
+  for (const auto& env : ds.environments) {
+    const auto& samples = ref.at(env.name);
+    REQUIRE(env.files.size() == samples.size());
+    for (std::size_t i = 0; i < env.files.size(); ++i) {
+      INFO(env.name << " sample " << i);
+      CHECK(std::filesystem::relative(env.files[i].path, root / "toy").string() == samples[i][0].get<std::string>());
+      CHECK(env.files[i].label == samples[i][1].get<std::int64_t>());
+    }
+  }
+}
 
 TEST_CASE("domainbed split parity: seed hash and in/out keys equal DomainBed's numpy split", "[data][domainbed][parity]") {
   std::stringstream cases(fixture().metadata().at("split_cases"));

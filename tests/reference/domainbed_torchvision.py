@@ -9,6 +9,8 @@ Writes <out>/parity/domainbed_torchvision.safetensors with
   * eval_src (uint8 HWC) and eval_out: DomainBed's evaluation transform Resize((24, 24)), ToTensor,
     Normalize(ImageNet) through PIL;
   * rrc_*: statistics of 20,000 RandomResizedCrop.get_params draws (scale 0.7-1) on a 90x160 image;
+  * metadata imagefolder_samples: torchvision ImageFolder's samples for each environment of a probe tree
+    of empty files written to <out>/domainbed_tree/toy (DomainBed's environments: sorted sub-folders);
   * aug_*: per-channel means of DomainBed's full training Compose (at 32 px, on the float tensor) over 2000
     draws of one image.
 Runs with the pinned reference environment (torchvision 0.29.2, numpy, Pillow); about a second.
@@ -53,6 +55,28 @@ def smooth_image(h, w, seed):
     return np.round(img * 255).astype(np.uint8)
 
 
+def imagefolder_tree(out_dir):
+    """A DomainBed-layout tree of empty files whose names probe the ordering rules (case, spaces, non-ASCII,
+    nested folders, extensions in any case, files ImageFolder ignores), and DomainBed's reading of it:
+    environments = sorted sub-folders, each an ImageFolder. Returns {env: [[relative path, target], ...]}."""
+    import json
+    from torchvision.datasets import ImageFolder
+    root = os.path.join(out_dir, "domainbed_tree", "toy")
+    files = ["img10.jpg", "img2.JPG", "Z.png", "a b.jpeg", "notes.txt", "sub/dir/1.jpeg", "sub 2/0.webp",
+             "sub-a/3.bmp", "Sub/4.pgm", "\u00e9t\u00e9.PNG", "x.tiff", "y.gif"]
+    for env in ["Real World", "art", "Clipart"]:
+        for cls in ["b", "a", "A_x", "\u00fcn\u00ef"]:
+            for f in files:
+                p = os.path.join(root, env, cls, f)
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                open(p, "wb").close()
+    result = {}
+    for env in sorted(e.name for e in os.scandir(root) if e.is_dir()):
+        ds = ImageFolder(os.path.join(root, env))
+        result[env] = [[os.path.relpath(path, root), target] for path, target in ds.samples]
+    return json.dumps(result, ensure_ascii=False)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="the test-data folder (the fixture goes to its parity/)")
@@ -61,6 +85,7 @@ def main():
     t = {}
     meta = {"component": "domainbed_torchvision", "torchvision_version": __import__("torchvision").__version__,
             "numpy_version": np.__version__}
+    meta["imagefolder_samples"] = imagefolder_tree(a.out)
     cases = [(0, 0, 100), (0, 3, 1000), (2, 1, 37), (1, 2, 9991), (5, 5, 4)]
     meta["split_cases"] = ";".join(f"{tr},{e},{n}" for tr, e, n in cases)
     for tr, e, n in cases:

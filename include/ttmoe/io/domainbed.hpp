@@ -119,7 +119,8 @@ struct DomainBedDataset {
 
 /// Scans `data_root`/<folder>, where `dataset` is a known DomainBed name ("PACS", "OfficeHome", ... or
 /// its folder name "office_home") or any folder name in the same layout. For a known dataset every one
-/// of its domains must be there. Errors (DomainBedError) name the folder, domain and class at fault.
+/// of its domains must be there, with DomainBed's number of classes. Errors (DomainBedError) name the
+/// folder, domain and class at fault.
 inline DomainBedDataset scan_domainbed(const std::filesystem::path& data_root, const std::string& dataset) {
   const KnownDomainBedDataset* known = find_known_domainbed_dataset(dataset);
   DomainBedDataset ds;
@@ -177,6 +178,13 @@ inline DomainBedDataset scan_domainbed(const std::filesystem::path& data_root, c
     }
     ds.environments.push_back(std::move(env));
   }
+  // A class missing from every domain passes the per-domain comparison; for a known dataset the count
+  // still gives it away (and a model head sized from it would not match the published numbers).
+  if (known && ds.classes.size() != std::size_t(known->num_classes))
+    throw DomainBedError(DomainBedErrorKind::ClassMismatch,
+                         "DomainBed dataset '" + known->name + "' has " + std::to_string(known->num_classes) +
+                             " classes, but " + ds.root.string() + " has " + std::to_string(ds.classes.size()) +
+                             " class folders per domain");
   return ds;
 }
 
