@@ -145,12 +145,12 @@ inline Image grayscale_like(const Image& im) {
 /// The training augmentation's settings; the defaults are DomainBed's for 224 px ImageNet-normalised input.
 struct TrainAugment {
   int size = 224;                       ///< output side (RandomResizedCrop(size))
-  double scale_min = 0.7, scale_max = 1.0;
-  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  double scale_min = 0.7, scale_max = 1.0;             ///< crop area as a fraction of the image's
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  ///< crop width / height (log-uniform)
   double flip_p = 0.5;                  ///< RandomHorizontalFlip
   float brightness = 0.3f, contrast = 0.3f, saturation = 0.3f, hue = 0.3f;  ///< ColorJitter ranges
   double grayscale_p = 0.1;             ///< RandomGrayscale
-  Normalization norm = imagenet_normalization();
+  Normalization norm = imagenet_normalization();  ///< applied by augment_into
 };
 
 /// One augmented image (HWC floats in [0,1], same channel count as `im`, size x size), not yet normalised.
@@ -183,8 +183,8 @@ inline void augment_into(const Image& im, const TrainAugment& a, std::mt19937_64
 
 /// DomainBed's evaluation transform: Resize((size, size)) (bilinear, aspect ratio not kept) + Normalize.
 struct EvalTransform {
-  int size = 224;
-  Normalization norm = imagenet_normalization();
+  int size = 224;                                 ///< output side
+  Normalization norm = imagenet_normalization();  ///< per-channel statistics
 };
 
 /// Applies the evaluation transform into `out` (channels * size * size floats, planar CHW).

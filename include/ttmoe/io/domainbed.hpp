@@ -33,6 +33,7 @@ enum class DomainBedErrorKind {
 /// A DomainBed-layout folder that cannot be used as it is; the message names the folder, domain or class.
 class DomainBedError : public DatasetError {
  public:
+  /// An error of `kind` with the full message.
   DomainBedError(DomainBedErrorKind kind, const std::string& message) : DatasetError(message), kind_(kind) {}
   /// The rule that was broken.
   DomainBedErrorKind kind() const noexcept { return kind_; }

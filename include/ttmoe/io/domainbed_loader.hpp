@@ -48,10 +48,10 @@ inline std::vector<EnvironmentSplit> split_environments(const DomainBedDataset& 
 
 /// What the training stream reads: the dataset, its splits, the held-out environment and the augmentation.
 struct TrainingStreamConfig {
-  std::int64_t test_env = 0;
+  std::int64_t test_env = 0;     ///< the held-out environment (not drawn from)
   std::size_t per_domain = 32;  ///< images per training domain per step
-  std::size_t steps = 5001;
-  std::uint64_t seed = 0;
+  std::size_t steps = 5001;     ///< DomainBed's default (DomainNet: 15001)
+  std::uint64_t seed = 0;       ///< drives the draws and the augmentation (not the split: that is the trial seed)
   int decode_channels = 3;      ///< 3 for RGB datasets, 1 for the gray digit set
   TrainAugment augment{};
   std::size_t queue = 4;        ///< batches decoded ahead
