@@ -8,8 +8,9 @@
 // at a uniform area fraction and log-uniform aspect ratio, then the centre-crop fallback); the resize is
 // the PIL-compatible one of image.hpp. The colour operations are torchvision's float-tensor formulas
 // (adjust_brightness / contrast / saturation / hue, grayscale weights 0.2989/0.587/0.114), applied in a
-// random order as ColorJitter does. DomainBed runs them on 8-bit PIL images, which round after every
-// step; on floats nothing is rounded (differences below 1/255 per step). The random numbers come from
+// random order as ColorJitter does. DomainBed runs them on 8-bit PIL images, which are cut back to 8 bits
+// after every step (PIL's blend truncates, darkening by about 0.5/255 per step); on floats nothing is
+// rounded. The parity test therefore compares with torchvision's float-tensor path. The random numbers come from
 // std::mt19937_64, not torch's generator: same distributions, not the same draws.
 
 #include <algorithm>
