@@ -15,10 +15,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ttmoe::io {
@@ -42,12 +44,15 @@ struct ClassFolderDataset {
   std::vector<LabeledFile> files;
 };
 
-/// Whether `p` has an image extension stb decodes (.jpeg/.jpg/.png/.bmp, any case).
-inline bool is_image_file(const std::filesystem::path& p) {
+/// Whether the extension of `p`, lower-cased, is one of `extensions` (given lower-case, with the dot).
+inline bool has_extension(const std::filesystem::path& p, std::initializer_list<std::string_view> extensions) {
   std::string ext = p.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  return ext == ".jpeg" || ext == ".jpg" || ext == ".png" || ext == ".bmp";
+  return std::find(extensions.begin(), extensions.end(), ext) != extensions.end();
 }
+
+/// Whether `p` has an image extension stb decodes (.jpeg/.jpg/.png/.bmp, any case).
+inline bool is_image_file(const std::filesystem::path& p) { return has_extension(p, {".jpeg", ".jpg", ".png", ".bmp"}); }
 
 /// Throws DatasetError unless `dir` is an existing directory; `what` names the option or role
 /// ("--imagenet-r") so the user knows which argument was wrong.

@@ -334,16 +334,21 @@ inline Image rotate180(const Image& im) {
   return out;
 }
 
-/// OpenCV's RGB->gray weights (0.299, 0.587, 0.114) as a 1-channel image; a 1-channel
-/// input is returned unchanged.
-inline Image to_gray(const Image& im) {
+/// OpenCV's (and PIL's) RGB->gray weights.
+inline constexpr std::array<float, 3> opencv_gray_weights{0.299f, 0.587f, 0.114f};
+/// torchvision's tensor rgb_to_grayscale weights (0.2989, not 0.299, for red).
+inline constexpr std::array<float, 3> torchvision_gray_weights{0.2989f, 0.587f, 0.114f};
+
+/// weights[0] R + weights[1] G + weights[2] B as a 1-channel image (OpenCV's weights by default); a
+/// 1-channel input is returned unchanged.
+inline Image to_gray(const Image& im, const std::array<float, 3>& weights = opencv_gray_weights) {
   check_image(im, "to_gray");
   if (im.channels == 1) return im;
   if (im.channels < 3) throw std::invalid_argument("to_gray: needs 1 or >= 3 channels");
   Image out = make_image(im.height, im.width, 1);
   for (std::size_t i = 0; i < out.pixels.size(); ++i) {
     const float* p = &im.pixels[i * static_cast<std::size_t>(im.channels)];
-    out.pixels[i] = 0.299f * p[0] + 0.587f * p[1] + 0.114f * p[2];
+    out.pixels[i] = weights[0] * p[0] + weights[1] * p[1] + weights[2] * p[2];
   }
   return out;
 }

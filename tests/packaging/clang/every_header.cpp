@@ -3,9 +3,15 @@
 // step. Conversion must not change the function (zero expert deltas), and the step must update only
 // routers and experts. Exits non-zero on a mismatch.
 #include <ttmoe/ttmoe.hpp>
+#include <ttmoe/io/augment.hpp>
 #include <ttmoe/io/checkpoint.hpp>
 #include <ttmoe/io/corruptions.hpp>
 #include <ttmoe/io/datasets.hpp>
+#include <ttmoe/io/domainbed.hpp>
+#include <ttmoe/io/domainbed_loader.hpp>
+#include <ttmoe/io/domainbed_split.hpp>
+#include <ttmoe/io/glyph_frame.hpp>
+#include <ttmoe/io/seed_mix.hpp>
 #include <ttmoe/io/plot.hpp>
 #include <ttmoe/io/safetensors.hpp>
 #include <ttmoe/io/streams.hpp>
