@@ -9,6 +9,10 @@
 //       the mean negative log-likelihood and perplexity of F's tokens after the first N (loss on
 //       the continuation only, as the TTMM evaluation does); N counts the BOS token if the
 //       tokenizer adds one, and defaults to 1 (every token but the first is scored).
+//   llm train --corpus PATH --out DIR [--vocab-size V --hidden H --layers L --heads N --kv-heads K
+//             --intermediate I --context T --steps S --batch B --lr LR --seed S]
+//       a small Llama from scratch on a text file (or a folder of them) with a byte-level BPE
+//       trained on it first (train.hpp); writes a Hugging Face folder and prints the losses.
 //
 // Every failure (a missing folder, a bad config, weights or adapter that do not fit, a prompt
 // longer than the context) is one "llm: error: ..." line on stderr and exit status 1.
@@ -26,6 +30,7 @@
 
 #include "ttmoe/models/llm.hpp"
 #include "ttmoe/text.hpp"
+#include "train.hpp"
 
 namespace {
 
@@ -173,9 +178,25 @@ int main(int argc, char** argv) {
   add_common(p);
   p->add_option("--file", file, "UTF-8 text file")->required()->check(CLI::ExistingFile);
   p->add_option("--prefix-tokens", prefix, "leading tokens given as context, not scored")->capture_default_str()->check(CLI::PositiveNumber);
+  llm_example::TrainOptions to;
+  CLI::App* t = app.add_subcommand("train", "train a small Llama and its BPE tokenizer from scratch on a corpus");
+  t->add_option("--corpus", to.corpus, "a UTF-8 text file or a folder of them")->required()->check(CLI::ExistingPath);
+  t->add_option("--out", to.out, "the Hugging Face folder to write")->required();
+  t->add_option("--vocab-size", to.vocab_size, "BPE vocabulary (256 bytes + merges + 2 special tokens)")->capture_default_str();
+  t->add_option("--hidden", to.hidden, "hidden size")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--layers", to.layers, "decoder layers")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--heads", to.heads, "attention heads")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--kv-heads", to.kv_heads, "key/value heads")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--intermediate", to.intermediate, "MLP width")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--context", to.context, "training window = the model's context")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--steps", to.steps, "optimiser steps")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--batch", to.batch, "windows per step")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--lr", to.lr, "peak AdamW learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--seed", to.seed, "initialisation and sampling seed")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     if (g->parsed()) return run_generate(model_dir, prompt, lora, gen);
+    if (t->parsed()) return llm_example::run_train(to);
     return run_perplexity(model_dir, file, prefix, lora);
   } catch (const std::exception& e) {
     std::cerr << "llm: error: " << e.what() << "\n";

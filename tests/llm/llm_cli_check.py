@@ -12,7 +12,10 @@ fails (exit 1, naming the case) unless
     every layer's scaling halved);
   - `llm perplexity --prefix-tokens 5` prints transformers' loss with the prefix labels set to -100;
   - a missing model folder, a missing adapter and a prompt longer than the context each exit 1
-    with an error line naming the problem.
+    with an error line naming the problem;
+  - `llm train` on a Debian text (the GPL) starts near ln(vocab), lowers the loss, and writes a
+    folder that transformers and `tokenizers` load, on which ttmoe's perplexity and greedy text
+    equal theirs.
 Needs the pinned reference environment (TTMOE_REF_PYTHON): torch, transformers, peft, tokenizers.
 """
 import argparse
@@ -153,6 +156,44 @@ def main():
     expect(rc == 1 and err.startswith("llm: error:") and "no_such_model" in err, f"missing adapter: rc {rc}, {err.strip()!r}")
     rc, out, err = run(args.exe, "generate", "--model", model_dir, "--prompt", TEXT)
     expect(rc == 1 and "context" in err, f"prompt over the context: rc {rc}, {err.strip()!r}")
+    # llm train: a small model and its BPE from scratch on a Debian text (the GPL's first 24 kB).
+    corpus = os.path.join(args.out, "corpus.txt")
+    with open("/usr/share/common-licenses/GPL-3", encoding="utf-8") as f:
+        gpl = f.read()
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.write(gpl[:24000])
+    trained = os.path.join(args.out, "trained")
+    rc, out, err = run(args.exe, "train", "--corpus", corpus, "--out", trained, "--vocab-size", "400", "--hidden", "64",
+                       "--layers", "2", "--heads", "4", "--kv-heads", "2", "--intermediate", "128", "--context", "64",
+                       "--steps", "200", "--batch", "8", "--lr", "1e-2", "--seed", "3")
+    got = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    expect(rc == 0 and "final_loss" in got, f"train: rc {rc}, {out.strip()!r}, {err.strip()[-300:]!r}")
+    if rc == 0:
+        first, final, val = float(got["first_loss"]), float(got["final_loss"]), float(got["val_loss"])
+        expect(abs(first - math.log(int(got["vocab"]))) < 1.0, f"train: first loss {first} ~ ln(vocab)")
+        expect(final < first - 1.5 and val < first - 1.0, f"train: the loss falls ({first} -> {final}, validation {val})")
+        # The folder loads in transformers and `tokenizers`, and ttmoe scores it as they do.
+        ttok = Tokenizer.from_file(os.path.join(trained, "tokenizer.json"))
+        tm = transformers.AutoModelForCausalLM.from_pretrained(trained, dtype=torch.float32).eval()
+        sample = os.path.join(args.out, "sample.txt")
+        with open(sample, "w", encoding="utf-8") as f:
+            f.write(gpl[30000:30120])
+        ids = torch.tensor([ttok.encode(gpl[30000:30120]).ids])
+        assert ids.shape[1] <= 64, f"the sample needs {ids.shape[1]} tokens, more than the context"
+        labels = ids.clone()
+        labels[0, :3] = -100
+        with torch.no_grad():
+            loss = tm(input_ids=ids, labels=labels).loss.item()
+        rc, out, err = run(args.exe, "perplexity", "--model", trained, "--file", sample, "--prefix-tokens", "3")
+        got = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+        nll = float(got.get("nll", "nan"))
+        expect(rc == 0 and abs(nll - loss) <= 1e-4 * abs(loss) and int(got["tokens"]) == ids.shape[1],
+               f"trained folder: ttmoe nll {nll} == transformers {loss} on {ids.shape[1]} tokens ({err.strip()})")
+        want = greedy_text(tm, ttok, "This License")
+        rc, out, err = run(args.exe, "generate", "--model", trained, "--prompt", "This License",
+                           "--max-new-tokens", str(NEW_TOKENS))
+        expect(rc == 0 and out == want + "\n", f"trained folder: generate {out!r} == transformers {want!r}")
+
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)
         sys.exit(1)
