@@ -199,11 +199,6 @@ struct LoraModule {
 
   /// The rank r.
   index_t rank() const { return lora_A.weight.extent(0); }
-  /// s B A [out, in], the change merging makes to the base weight (not recorded).
-  Tensor<T, DynShape<2>, D> delta_weight() const {
-    autograd::NoGrad ng;
-    return matmul(lora_B.weight.detach(), lora_A.weight.detach()) * T(scaling);
-  }
 
   template <class V>
   void visit_parameters(V& v) {
