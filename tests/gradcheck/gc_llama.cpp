@@ -1,7 +1,8 @@
 // Gradient checks of the Llama-family pieces added for issue 14: RoPE with llama3-scaled frequencies,
 // LlamaAttention in its general form (q/k/v biases as in Qwen2, head_dim != dim / heads, an o_proj
 // bias as with Llama's attention_bias) and a whole decoder layer (pre-norm attention and SwiGLU MLP
-// whose down projection adds the residual as it stores), every weight a harness input.
+// whose down projection adds the residual as it stores), every weight a harness input; and nn::Linear
+// with an unmerged low-rank (LoRA) update, the path PEFT adapters take.
 
 #include <gradcheck.hpp>
 
@@ -99,4 +100,32 @@ GRADCHECK_CASE("llama_decoder_layer") {
     auto pos = positions(in, x.extent(0), x.extent(1));
     return layer.block(Tensor<double, DynShape<3>>(x), [&](const auto& n) { return layer.self_attn(n, pos); });
   });
+}
+
+GRADCHECK_CASE("linear_low_rank_update") {
+  // nn::Linear with an unmerged LoRA update (delta_A [R, in], delta_B [out, R], as PEFT adapters are
+  // attached): y = [residual +] x W^T + b + (x delta_A^T) delta_B^T; gradients reach x, W, b, both
+  // factors and the residual (LoRA training differentiates the factors).
+  auto shapes = [](Rng& r) {
+    const index_t in = r.ext(1, 5), out = r.ext(1, 5), R = r.ext(1, 3);
+    return Shapes{{r.ext(1, 2), r.ext(1, 3), in}, {out, in}, {out}, {R, in}, {out, R}};
+  };
+  auto layer = [](const Inputs& in) {
+    nn::Linear<double> l;
+    l.weight = in.get<2>(1);
+    l.bias = in.get<1>(2);
+    l.delta_A = in.get<2>(3);
+    l.delta_B = in.get<2>(4);
+    return l;
+  };
+  return Case()
+      .variant("x [B,T,in], rank 1..3", shapes,
+               [=](const Inputs& in) -> Output { return layer(in)(in.get<3>(0)); })
+      .variant("with a residual [B,T,out] added on the store",
+               [=](Rng& r) {
+                 Shapes s = shapes(r);
+                 s.push_back({s[0][0], s[0][1], s[1][0]});
+                 return s;
+               },
+               [=](const Inputs& in) -> Output { return layer(in)(in.get<3>(0), in.get<3>(5)); });
 }

@@ -4,6 +4,7 @@
 // generate (prompts of different lengths batched together here, one at a time there), and the
 // continuation loss equals transformers' loss with the prefix labels set to -100. The other direction:
 // folders written by save_llama load in transformers (hf_load_check.py) and give the same logits.
+// PEFT LoRA adapters: see the section at the end.
 
 #include <catch2/catch.hpp>
 
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -179,4 +181,99 @@ TEST_CASE("llama hf folder: what save_llama writes loads in transformers with th
       CHECK(err <= 1e-4);
       fs::remove_all(out);
     }
+}
+
+// ---- PEFT LoRA adapters (tests/llm/peft_reference.py) ----
+// Adapters made by PEFT (one plain, one rsLoRA with a regex target, rank_pattern and alpha_pattern)
+// run unmerged and merged give PEFT's logits; both at once with weights 0.7 / -0.4 give PEFT's
+// weighted combination; an adapter made and saved by ttmoe loads in PEFT with the same logits.
+
+namespace {
+
+void check_peft_case(const std::string& name) {
+  const fs::path dir = case_dir(name);
+  io::SafetensorsFile ref(dir / "reference.safetensors");
+  auto m = models::load_llama<float>(dir / "base");
+  const auto ids = ids2(ref, "ids");
+  const auto base = m.forward(ids).to_vector();
+  auto plain = models::load_peft_adapter(dir / "lora_plain", m);
+  auto rs = models::load_peft_adapter(dir / "lora_rs", m);
+  CHECK(plain.modules.size() == 14);
+  CHECK(rs.modules.size() == 8);
+  CHECK(rs.modules.at("model.layers.1.mlp.down_proj").rank() == 6);
+  CHECK(rs.modules.at("model.layers.0.mlp.up_proj").scaling == 3.0 / 2.0);  // alpha 3 / sqrt(4)
+  const auto scales = test::read_tensor<1, double>(ref, "scales").to_vector();
+  struct Use {
+    const char* ref_key;
+    std::vector<models::WeightedAdapter<float>> adapters;
+  };
+  const std::vector<Use> uses = {{"logits_lora_plain", {{&plain, 1.0}}},
+                                 {"logits_lora_rs", {{&rs, 1.0}}},
+                                 {"logits_combined", {{&plain, scales[0]}, {&rs, scales[1]}}}};
+  for (const auto& u : uses) {
+    const auto want = test::read_tensor<3, float>(ref, u.ref_key);
+    CHECK(test::normwise_rel_error(m.forward(ids), want) > 0.05);  // the adapters matter
+    for (auto mode : {models::LoraMode::unmerged, models::LoraMode::merged}) {
+      models::AttachedAdapters<float> on(m, u.adapters, mode);
+      const double err = test::normwise_rel_error(m.forward(ids), want);
+      INFO(name << " " << u.ref_key << (mode == models::LoraMode::merged ? " merged" : " unmerged")
+                << ": logits vs PEFT, normwise relative error " << err);
+      CHECK(err <= 1e-4);
+    }
+    CHECK(m.forward(ids).to_vector() == base);  // removed exactly
+  }
+  const double base_err = test::normwise_rel_error(m.forward(ids), test::read_tensor<3, float>(ref, "logits_base"));
+  CHECK(base_err <= 1e-4);
+}
+
+}  // namespace
+
+TEST_CASE("peft parity: Llama with PEFT adapters, unmerged, merged and combined", "[llm][parity][peft]") {
+  check_peft_case("peft_llama");
+}
+TEST_CASE("peft parity: Qwen2 with PEFT adapters, unmerged, merged and combined", "[llm][parity][peft]") {
+  check_peft_case("peft_qwen2");
+}
+
+TEST_CASE("peft parity: an adapter made and saved by ttmoe loads in PEFT with the same logits", "[llm][parity][peft][io]") {
+  for (const char* name : {"peft_llama", "peft_qwen2"}) {
+    const fs::path base_dir = case_dir(name) / "base";
+    auto m = models::load_llama<float>(base_dir);
+    models::LoraAdapterConfig c;
+    c.r = 3;
+    c.lora_alpha = 5;
+    c.use_rslora = true;
+    c.target_regex = R"(model\.layers\.\d+\.(self_attn\.(k|o)_proj|mlp\.gate_proj))";
+    c.rank_pattern = {{"o_proj", 5}};
+    c.alpha_pattern = {{"layers.0.mlp.gate_proj", 2}};
+    auto a = models::make_lora_adapter(m, c, 77);
+    // Training would move B away from zero; random values stand in for it.
+    std::mt19937_64 rng(78);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& [mod, f] : a.modules) {
+      std::vector<float> v(std::size_t(f.lora_B.weight.numel()));
+      for (auto& x : v) x = nd(rng) / std::sqrt(float(f.rank()));
+      f.lora_B.weight = Tensor<float, DynShape<2>>::from_host(DynShape<2>(f.lora_B.weight.extent(0), f.rank()), v);
+    }
+    const fs::path out = fs::temp_directory_path() / ("ttmoe_peft_save_" + std::string(name) + "_" + std::to_string(::getpid()));
+    fs::remove_all(out);
+    models::save_peft_adapter(a, out);
+    io::SafetensorsFile ref(case_dir(name) / "reference.safetensors");
+    const auto ids = ints(ref, "ids");
+    io::SafetensorsWriter w;
+    w.add("ids", std::span<const std::int64_t>(ids), {2, 9});
+    w.write(out / "ids.safetensors");
+    std::ofstream(out / "base_model.txt") << base_dir.string() << "\n";
+    const std::string cmd = std::string("'") + TTMOE_REF_PYTHON_EXE + "' '" + TTMOE_SOURCE_DIR +
+                            "/tests/llm/peft_reference.py' --check '" + out.string() + "'";
+    INFO(name << ": " << cmd);
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    const auto peft_logits = test::read_tensor<3, float>(io::SafetensorsFile(out / "peft_logits.safetensors"), "logits");
+    CHECK(test::normwise_rel_error(m.forward(ids2(ref, "ids")), peft_logits) > 0.05);  // the adapter matters
+    models::AttachedAdapters<float> on(m, {{&a, 1.0}}, models::LoraMode::unmerged);
+    const double err = test::normwise_rel_error(m.forward(ids2(ref, "ids")), peft_logits);
+    INFO(name << ": ttmoe logits vs PEFT's on the ttmoe-saved adapter, normwise relative error " << err);
+    CHECK(err <= 1e-4);
+    fs::remove_all(out);
+  }
 }

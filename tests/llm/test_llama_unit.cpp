@@ -1,11 +1,15 @@
 // Unit tests of the Llama-family causal LM that need no reference library: config.json parsing and
 // its errors, the KV-cache path against the full-sequence forward, HF folder round trips, sampling,
-// stopping, context errors, and HF parameter names on the training tape.
+// stopping, context errors, HF parameter names on the training tape, and PEFT LoRA adapters (config
+// parsing and refusals, unmerged / merged / several at once against an explicit weight sum, exact
+// removal, file round trip and its errors).
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -295,4 +299,238 @@ TEST_CASE("llama training tape: HF names and gradients for every parameter", "[l
     for (float g : p.flat.grad().to_vector()) norm += double(g) * g;
     CHECK(norm > 0);
   }
+}
+
+// ---- PEFT LoRA adapters (models/peft_adapter.hpp, models/llama_lora.hpp) ----
+
+namespace {
+
+/// Field named by the PeftConfigError from parsing `j`.
+std::string peft_error_field(const nlohmann::ordered_json& j) {
+  try {
+    models::LoraAdapterConfig::from_json(j, "adapter_config.json");
+  } catch (const models::PeftConfigError& e) {
+    CHECK(std::string(e.what()).rfind("adapter_config.json: field '", 0) == 0);
+    return e.field();
+  }
+  return "<no error>";
+}
+
+/// Fills every factor of `a` with seeded values of size ~1/sqrt(fan-in), so the adapter matters.
+void randomize(models::PeftAdapter<float>& a, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.f, 1.f);
+  for (auto& [name, m] : a.modules)
+    for (auto* f : {&m.lora_A, &m.lora_B}) {
+      std::vector<float> v(std::size_t(f->weight.numel()));
+      for (auto& x : v) x = n(rng) / std::sqrt(float(f->weight.extent(1)));
+      f->weight = Tensor<float, DynShape<2>>::from_host(DynShape<2>(f->weight.extent(0), f->weight.extent(1)), v);
+    }
+}
+
+models::LoraAdapterConfig rs_config() {
+  models::LoraAdapterConfig c;
+  c.r = 4;
+  c.lora_alpha = 6;
+  c.use_rslora = true;
+  c.target_regex = R"(.*\.(q_proj|v_proj|down_proj))";
+  c.rank_pattern = {{"v_proj", 2}, {"layers.1.mlp.down_proj", 3}};
+  c.alpha_pattern = {{"down_proj", 5}};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("peft config: targets, patterns, scales, and refused settings", "[llm][peft]") {
+  nlohmann::ordered_json j = {{"peft_type", "LORA"}, {"r", 8}, {"lora_alpha", 16}, {"target_modules", {"q_proj", "mlp.up_proj"}},
+                              {"rank_pattern", {{"layers.1.self_attn.q_proj", 2}, {"q_proj", 4}}},
+                              {"alpha_pattern", {{"up_proj", 3}}}, {"bias", "none"}, {"fan_in_fan_out", false},
+                              {"use_dora", false}, {"modules_to_save", nullptr}};
+  auto c = models::LoraAdapterConfig::from_json(j, "a.json");
+  // A list entry matches the whole name or its last dotted parts, never a part of a word.
+  CHECK(c.targets("model.layers.0.self_attn.q_proj"));
+  CHECK(c.targets("model.layers.3.mlp.up_proj"));
+  CHECK_FALSE(c.targets("model.layers.0.self_attn.k_proj"));
+  CHECK_FALSE(c.targets("model.layers.0.mlp.xup_proj"));
+  // The first pattern key that matches a dotted suffix wins (PEFT's get_pattern_key).
+  CHECK(c.rank_for("model.layers.1.self_attn.q_proj") == 2);
+  CHECK(c.rank_for("model.layers.11.self_attn.q_proj") == 4);  // "layers.1." is not a suffix of "layers.11."
+  CHECK(c.rank_for("model.layers.0.mlp.up_proj") == 8);
+  CHECK(c.scaling_for("model.layers.0.mlp.up_proj") == 3.0 / 8);
+  CHECK(c.scaling_for("model.layers.0.self_attn.q_proj") == 16.0 / 4);
+  j["use_rslora"] = true;
+  CHECK(models::LoraAdapterConfig::from_json(j, "a.json").scaling_for("model.layers.0.self_attn.q_proj") == 16.0 / 2);
+  // A regex string must match the whole module name.
+  auto r = rs_config();
+  CHECK(r.targets("model.layers.0.self_attn.v_proj"));
+  CHECK_FALSE(r.targets("model.layers.0.self_attn.o_proj"));
+  CHECK_FALSE(r.targets("model.layers.0.self_attn.v_proj.extra"));
+  // The written config reads back the same.
+  const auto back = models::LoraAdapterConfig::from_json(r.to_json(), "w.json");
+  CHECK(back.to_json() == r.to_json());
+
+  auto with = [&](const char* field, nlohmann::ordered_json v) {
+    auto k = j;
+    k[field] = std::move(v);
+    return peft_error_field(k);
+  };
+  CHECK(with("fan_in_fan_out", true) == "fan_in_fan_out");
+  CHECK(with("bias", "all") == "bias");
+  CHECK(with("use_dora", true) == "use_dora");
+  CHECK(with("modules_to_save", {"lm_head"}) == "modules_to_save");
+  CHECK(with("peft_type", "IA3") == "peft_type");
+  CHECK(with("r", 0) == "r");
+  CHECK(with("target_modules", nullptr) == "target_modules");
+  CHECK(with("target_modules", "(unclosed") == "target_modules");
+}
+
+TEST_CASE("lora adapters: unmerged = merged = the explicit weight sum, removal restores exactly", "[llm][peft]") {
+  for (bool qwen : {false, true}) {
+    const LlamaConfig c = tiny(qwen);
+    models::LlamaForCausalLM<float> m(c, 21);
+    auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(2, 6), {1, 4, 9, 16, 25, 36, 3, 1, 4, 1, 5, 9});
+    const auto base = host(m.forward(ids));
+    models::LoraAdapterConfig plain;
+    plain.r = 3;
+    plain.lora_alpha = 5;
+    plain.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    auto a = models::make_lora_adapter(m, plain, 1), b = models::make_lora_adapter(m, rs_config(), 2);
+    CHECK(a.modules.size() == 14);
+    CHECK(b.modules.size() == 6);
+    CHECK(b.modules.at("model.layers.1.mlp.down_proj").rank() == 3);
+    CHECK(b.modules.at("model.layers.0.mlp.down_proj").scaling == 5.0 / std::sqrt(4.0));
+    {  // PEFT's initialisation (B = 0) leaves the model exactly as it was.
+      models::AttachedAdapters<float> on(m, {{&a, 1.0}}, models::LoraMode::unmerged);
+      CHECK(host(m.forward(ids)) == base);
+    }
+    randomize(a, 3);
+    randomize(b, 4);
+    // The explicit reference: a copy of the model whose weights are W + sum_k w_k s_k B_k A_k,
+    // summed on the host in double.
+    const std::vector<std::pair<models::PeftAdapter<float>*, double>> mix{{&a, 0.7}, {&b, -0.4}};
+    models::LlamaForCausalLM<float> ref(c, 21);
+    for (auto& [name, lin] : models::adaptable_linears(ref)) {
+      auto w = lin->weight.to_vector();
+      const index_t out = lin->out_features(), in = lin->in_features();
+      for (const auto& [ad, wk] : mix) {
+        const auto it = ad->modules.find(name);
+        if (it == ad->modules.end()) continue;
+        const auto A = it->second.lora_A.weight.to_vector(), B = it->second.lora_B.weight.to_vector();
+        const index_t rk = it->second.rank();
+        for (index_t o = 0; o < out; ++o)
+          for (index_t i = 0; i < in; ++i) {
+            double s = 0;
+            for (index_t k = 0; k < rk; ++k) s += double(B[std::size_t(o * rk + k)]) * A[std::size_t(k * in + i)];
+            w[std::size_t(o * in + i)] += float(wk * it->second.scaling * s);
+          }
+      }
+      lin->weight = Tensor<float, DynShape<2>>::from_host(DynShape<2>(out, in), w);
+    }
+    const auto want = ref.forward(ids);
+    CHECK(test::normwise_rel_error(want, m.forward(ids)) > 0.05);  // the adapters matter
+    for (auto mode : {models::LoraMode::unmerged, models::LoraMode::merged}) {
+      models::AttachedAdapters<float> on(m, {{&a, 0.7}, {&b, -0.4}}, mode);
+      CHECK(on.module_count() == 14);
+      const double err = test::normwise_rel_error(m.forward(ids), want);
+      INFO((qwen ? "qwen2 " : "llama ") << (mode == models::LoraMode::merged ? "merged" : "unmerged")
+                                        << ": logits vs the explicit sum, normwise relative error " << err);
+      CHECK(err <= 1e-5);
+      // The KV-cache path sees the adapters too.
+      auto cache = m.make_cache(2, 6);
+      const double cerr = test::normwise_rel_error(m.logits(m.forward_cached(ids, cache)), want);
+      CHECK(cerr <= 1e-5);
+      on.remove();
+      CHECK(host(m.forward(ids)) == base);  // bit for bit
+    }
+    {  // Nested attachments come off in reverse order, each restoring what it found.
+      models::AttachedAdapters<float> first(m, {{&a, 1.0}}, models::LoraMode::merged);
+      const auto only_a = host(m.forward(ids));
+      {
+        models::AttachedAdapters<float> second(m, {{&b, 1.0}}, models::LoraMode::unmerged);
+        CHECK(host(m.forward(ids)) != only_a);
+      }
+      CHECK(host(m.forward(ids)) == only_a);
+    }
+    CHECK(host(m.forward(ids)) == base);
+  }
+}
+
+TEST_CASE("peft adapter files: save and load round trip, errors name the file, key and shapes", "[llm][peft][io]") {
+  const LlamaConfig c = tiny();
+  models::LlamaForCausalLM<float> m(c, 5);
+  auto a = models::make_lora_adapter(m, rs_config(), 9);
+  randomize(a, 10);
+  const auto dir = std::filesystem::temp_directory_path() / ("ttmoe_peft_rt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  models::save_peft_adapter(a, dir);
+  {
+    io::SafetensorsFile f(dir / "adapter_model.safetensors");
+    CHECK(f.contains("base_model.model.model.layers.1.mlp.down_proj.lora_A.weight"));
+    CHECK(f.info("base_model.model.model.layers.1.mlp.down_proj.lora_A.weight").shape == std::vector<std::int64_t>{3, 48});
+    CHECK(f.info("base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight").shape == std::vector<std::int64_t>{16, 2});
+  }
+  auto back = models::load_peft_adapter(dir, m);
+  REQUIRE(back.modules.size() == a.modules.size());
+  for (const auto& [name, mod] : a.modules) {
+    CHECK(back.modules.at(name).lora_A.weight.to_vector() == mod.lora_A.weight.to_vector());
+    CHECK(back.modules.at(name).lora_B.weight.to_vector() == mod.lora_B.weight.to_vector());
+    CHECK(back.modules.at(name).scaling == mod.scaling);
+  }
+  auto message = [&](const LlamaConfig& other) -> std::string {
+    models::LlamaForCausalLM<float> o(other, 1);
+    try {
+      models::load_peft_adapter(dir, o);
+    } catch (const io::CheckpointError& e) {
+      CHECK(e.path() == (dir / "adapter_model.safetensors").string());
+      return e.what();
+    }
+    return "<no error>";
+  };
+  SECTION("an adapter for another width: every mis-shaped key with both shapes") {
+    auto j = tiny_json();
+    j["hidden_size"] = 48;
+    j["num_attention_heads"] = 6;
+    j["num_key_value_heads"] = 3;
+    const auto msg = message(LlamaConfig::from_json(j));
+    INFO(msg);
+    CHECK(msg.find("key 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight': shape [4, 32] does not fit "
+                   "the base model's model.layers.0.self_attn.q_proj [out, in] = [48, 48] with r = 4 (expected [4, 48])") !=
+          std::string::npos);
+    CHECK(msg.find("(10 problems)") != std::string::npos);
+  }
+  SECTION("an adapter for a deeper model: unknown modules") {
+    auto j = tiny_json();
+    j["num_hidden_layers"] = 1;
+    const auto msg = message(LlamaConfig::from_json(j));
+    INFO(msg);
+    CHECK(msg.find("unknown module 'model.layers.1.mlp.down_proj'") != std::string::npos);
+    CHECK(msg.find("[3, 48]") != std::string::npos);
+  }
+  SECTION("a refused setting in the config") {
+    auto j = nlohmann::ordered_json::parse(std::ifstream(dir / "adapter_config.json"));
+    j["fan_in_fan_out"] = true;
+    std::ofstream(dir / "adapter_config.json") << j.dump();
+    try {
+      models::load_peft_adapter(dir, m);
+      FAIL("no error");
+    } catch (const models::PeftConfigError& e) {
+      CHECK(e.field() == "fan_in_fan_out");
+      CHECK(e.file() == (dir / "adapter_config.json").string());
+    }
+  }
+  SECTION("a module the config does not target, a missing partner, a missing folder") {
+    auto j = nlohmann::ordered_json::parse(std::ifstream(dir / "adapter_config.json"));
+    j["target_modules"] = R"(.*\.(q_proj|down_proj))";  // v_proj keys now untargeted
+    std::ofstream(dir / "adapter_config.json") << j.dump();
+    std::string msg;
+    try {
+      models::load_peft_adapter(dir, m);
+    } catch (const io::CheckpointError& e) {
+      msg = e.what();
+    }
+    INFO(msg);
+    CHECK(msg.find("module 'model.layers.0.self_attn.v_proj' is not selected by target_modules") != std::string::npos);
+    CHECK_THROWS_AS(models::load_peft_adapter(dir / "nope", m), io::SafetensorsError);
+  }
+  std::filesystem::remove_all(dir);
 }

@@ -1,6 +1,8 @@
 #pragma once
 // nn.Linear: y = x W^T + b with W stored [out, in] (torch layout, so checkpoints load unchanged).
-// One GEMM over all leading dims of x with the bias fused in (ops/linear.hpp).
+// One GEMM over all leading dims of x with the bias fused in (ops/linear.hpp). An optional unmerged
+// low-rank update (LoRA adapters, models/peft_adapter.hpp) adds two thin GEMMs, its sum riding on
+// the second GEMM's store.
 
 #include <cstdint>
 
@@ -15,6 +17,10 @@ template <class T = float, class D = cpu>
 struct Linear {
   Tensor<T, DynShape<2>, D> weight;  ///< [out, in]
   Tensor<T, DynShape<1>, D> bias;    ///< [out] or undefined
+  /// Unmerged low-rank update, off while undefined: y += (x delta_A^T) delta_B^T with delta_A
+  /// [R, in] (adapter scales folded in) and delta_B [out, R], e.g. moe::stack_lora's factors of
+  /// several adapters at once. Not a parameter of the layer (adapters are saved apart from it).
+  Tensor<T, DynShape<2>, D> delta_A, delta_B;
 
   Linear() = default;
   /// Kaiming-uniform init like torch (bound 1/sqrt(in) for weight and bias); parameters trainable.
@@ -36,13 +42,15 @@ struct Linear {
   /// x [..., in] -> [..., out] (rank >= 2).
   template <class S>
   Tensor<T, DynShape<S::rank>, D> forward(const Tensor<T, S, D>& x) const {
-    return linear(x, weight, bias);
+    return with_delta(x, linear(x, weight, bias));
   }
   /// residual + x W^T + b: the residual (the output's shape) is added as the GEMM stores.
   template <class S, class R>
   Tensor<T, DynShape<S::rank>, D> forward(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
-    return linear(x, weight, bias, residual);
+    return with_delta(x, linear(x, weight, bias, residual));
   }
+  /// Whether a low-rank update is attached.
+  bool has_delta() const { return delta_A.defined(); }
   template <class S>
   auto operator()(const Tensor<T, S, D>& x) const {
     return forward(x);
@@ -56,6 +64,15 @@ struct Linear {
   void visit_parameters(V& v) {
     v("weight", weight);
     v("bias", bias);
+  }
+
+ private:
+  /// y + (x delta_A^T) delta_B^T, or y when no update is attached.
+  template <class S>
+  Tensor<T, DynShape<S::rank>, D> with_delta(const Tensor<T, S, D>& x, Tensor<T, DynShape<S::rank>, D> y) const {
+    if (!delta_A.defined()) return y;
+    const Tensor<T, DynShape<1>, D> none;
+    return linear(linear(x, delta_A, none), delta_B, none, y);
   }
 };
 
