@@ -97,12 +97,17 @@ void gmoe_case(const std::string& name, double tol, double gtol) {
   io::SafetensorsFile gf(fixture_path(name + ".grads"));
   models::GMoECheckpointSource grads(gf);
   REQUIRE(grads.names().size() == n_params);
+  std::size_t unreached = 0;
   nn::for_each_parameter(model, [&](const std::string& pname, auto& t) {
     INFO("gradient of " << pname);
     REQUIRE(grads.contains(pname));
-    REQUIRE(t.grad().defined());
     std::vector<double> ref(std::size_t(t.numel()));
     grads.read_as<double>(pname, std::span<double>(ref));
+    if (!t.grad().defined()) {  // an expert no token reached: the reference's gradient is zero too
+      ++unreached;
+      for (double r : ref) REQUIRE(r == 0.0);
+      return;
+    }
     const auto got = t.grad().to_vector();
     double diff = 0, scale = 0;
     for (std::size_t i = 0; i < ref.size(); ++i) {
@@ -110,9 +115,10 @@ void gmoe_case(const std::string& name, double tol, double gtol) {
       scale = std::max(scale, std::abs(ref[i]));
     }
     INFO("max|a-b| = " << diff << ", max|ref| = " << scale << " (tolerance " << gtol << " relative)");
-    REQUIRE(scale > 0);  // every parameter matters in the reference
-    REQUIRE(diff <= gtol * scale);
+    REQUIRE(diff <= gtol * std::max(scale, 1e-30));
   });
+  INFO(unreached << " of " << n_params << " parameters without a gradient");
+  REQUIRE(unreached * 4 <= n_params);  // most of the model is checked
 
   // Evaluation: no noise (the aux loss still exists but the routing is the clean one).
   model.training = false;

@@ -18,7 +18,7 @@ using namespace ttmoe;
 
 namespace {
 models::GMoEConfig tiny(index_t experts = 6, index_t hidden = 16) {
-  auto c = models::gmoe_test_tiny(8, 4, 8, 4, 3);
+  auto c = models::gmoe_test_tiny(8, 4, 8, 5, 3);
   c.vit.mlp_hidden = hidden;
   c.num_experts = experts;
   return c;
@@ -59,7 +59,7 @@ TEST_CASE("gmoe: configs and parameter names", "[unit][gmoe]") {
   CHECK(s.drop_path_rate(0) == 0.0);
   CHECK(models::gmoe_base_patch16().vit.embed_dim == 768);
   auto bad = tiny();
-  bad.moe_blocks = {4};
+  bad.moe_blocks = {5};
   CHECK_THROWS_AS(bad.validate(), std::invalid_argument);
 
   models::GMoEVisionTransformer<float> m(tiny(), 1);
@@ -227,4 +227,11 @@ TEST_CASE("gmoe: noise, expert dropout and drop-path only in training", "[unit][
   REQUIRE(qt.size() == qe.size());
   for (std::size_t i = 0; i < qt.size(); ++i) CHECK(qt[i] == Approx(qe[i]).margin(1e-6));
   CHECK_THROWS_AS(q.forward(images(5), {Tensor<float, DynShape<2>>::zeros(DynShape<2>(34, 6))}), ValueError);
+  // Expert dropout alone changes the training forward.
+  c.expert_dropout = 0.5;
+  models::GMoEVisionTransformer<float> p(c, 1);
+  p.training = true;
+  CHECK(p(images(5)).to_vector() != qe);
+  p.moe_layers()[0]->expert_dropout = 1.0;
+  CHECK_THROWS_AS(p(images(5)), ValueError);
 }

@@ -123,9 +123,37 @@ class GMoELayer(torch.nn.Module):
         return y.reshape(B, T, D)
 
 
+def crosscheck_layer(layer, x):
+    """The dense Tutel formulation against a token-by-token loop (slots handed out one pick at a time
+    in priority order, rounds j = 0..k-1): the reference checks itself before anything is written."""
+    with torch.no_grad():
+        y = layer(x).reshape(-1, x.shape[-1])
+        xf = x.reshape(-1, x.shape[-1])
+        N, E, k = xf.shape[0], layer.E, layer.k
+        logits = layer.gates[0](xf)
+        noisy = logits + layer.noise * (layer.gate_noise / E) if layer.noise is not None else logits
+        p = torch.softmax(noisy, 1)
+        C = k * int(layer.cf * ((N + E - 1) // E))
+        order = sorted(range(N), key=lambda n: -float(p[n].max()))
+        fill, ref = [0] * E, torch.zeros_like(xf)
+        ex = layer.experts
+        for j in range(k):
+            for n in order:
+                picks = sorted(range(E), key=lambda e: -float(p[n, e]))[:k]
+                e = picks[j]
+                slot, fill[e] = fill[e], fill[e] + 1
+                if slot >= C:
+                    continue
+                g = p[n, e] / sum(p[n, q] for q in picks) if layer.renormalize else p[n, e]
+                h = F.gelu(ex.batched_fc1_w[e] @ xf[n] + ex.batched_fc1_bias[e])
+                ref[n] += g * (h @ ex.batched_fc2_w[e] + ex.batched_fc2_bias[e])
+        err = float((ref - y).abs().max())
+        assert err < 1e-10, f"GMoE layer: dense dispatch vs token loop differ by {err}"
+
+
 def build(seed, moe_blocks, E, k, renormalize, cf):
     torch.manual_seed(seed)
-    C, P, S, Dm, depth, H, hidden, classes, R = 3, 4, 16, 32, 4, 4, 64, 5, 8
+    C, P, S, Dm, depth, H, hidden, classes, R = 3, 4, 16, 32, 5, 4, 64, 5, 8
     model = VisionTransformer(img_size=S, patch_size=P, in_chans=C, num_classes=classes, embed_dim=Dm, depth=depth,
                               num_heads=H, mlp_ratio=hidden / Dm, qkv_bias=True, class_token=True,
                               global_pool="token", drop_path_rate=0.0)
@@ -161,6 +189,7 @@ def case(out_dir, name, seed, moe_blocks, E, k, renormalize, cf):
 
     for layer, z in zip(layers, noise):
         layer.noise = z
+        crosscheck_layer(layer, torch.randn(B, N // B, meta["embed_dim"], generator=g, dtype=torch.float64))
     logits = model(images)
     aux = AUX_WEIGHT * sum(layer.l_aux for layer in layers)
     loss = F.cross_entropy(logits, labels) + aux

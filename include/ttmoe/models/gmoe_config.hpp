@@ -68,14 +68,14 @@ inline GMoEConfig gmoe_base_patch16(index_t num_classes = 1000, index_t img_size
   return c;
 }
 
-/// A small GMoE for tests and small images: vit_test_tiny's ViT (depth 4 by default) with MoE in
-/// blocks depth-3 and depth-1 (GMoE's every-other-block pattern at the end; depth >= 3), 6 experts,
-/// router size 8.
+/// A small GMoE for tests and small images: vit_test_tiny's ViT (depth 5 by default) with MoE in
+/// blocks depth-4 and depth-2 (GMoE's pattern: 8 and 10 of 12, a dense block last; depth >= 4),
+/// 6 experts, router size 8.
 inline GMoEConfig gmoe_test_tiny(index_t img_size = 16, index_t patch_size = 4, index_t embed_dim = 32,
-                                 index_t depth = 4, index_t num_classes = 10) {
+                                 index_t depth = 5, index_t num_classes = 10) {
   GMoEConfig c;
   c.vit = vit_test_tiny(img_size, patch_size, embed_dim, depth, 4, 2 * embed_dim, num_classes);
-  c.moe_blocks = {depth - 3, depth - 1};
+  c.moe_blocks = {depth - 4, depth - 2};
   c.router_dim = 8;
   return c;
 }
