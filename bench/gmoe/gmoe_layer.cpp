@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   auto dense_step = [&] {
     autograd::Tape tape;
     Tokens y = dense(x, x);
-    auto loss = sum_all(y * up);
+    Tensor<float, Shape<>> loss = sum_all(y * up);
     autograd::backward(tape, loss);
   };
   std::int64_t dropped = 0;
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     autograd::Tape tape;
     auto noise = moe::draw_router_noise<float>(N, E, rng);
     Tokens y = x + moe.forward(x, noise, &rng);
-    auto loss = sum_all(y * up) + moe.aux_losses().l_aux * 0.01f;
+    Tensor<float, Shape<>> loss = sum_all(y * up) + moe.aux_losses().l_aux * 0.01f;
     autograd::backward(tape, loss);
     dropped = moe.routing.plan.dropped();
   };
