@@ -8,7 +8,7 @@
 //   gmoe_dense_ffn_fwd_bwd_ms: X
 //   gmoe_moe_layer_fwd_bwd_ms: X
 //   gmoe_moe_layer_over_dense_ffn: X          (median over runs of moe_i / dense_i)
-//   bench_gmoe_layer [--images 32] [--threads 2] [--runs 7] [--warmup 2]
+//   bench_gmoe_layer [--images 32] [--threads 2] [--runs 7] [--warmup 2] [--expert-dropout 0.1]
 
 #include <cstdio>
 #include <cstdlib>
@@ -41,19 +41,23 @@ Tokens random_tokens(index_t b, index_t t, index_t d, std::uint64_t seed, bool g
 
 int main(int argc, char** argv) {
   int images = 32, threads = 2, runs = 7, warmup = 2;
+  double expert_dropout = 0.1;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : -1; };
     if (!std::strcmp(argv[i], "--images")) images = next();
     else if (!std::strcmp(argv[i], "--threads")) threads = next();
     else if (!std::strcmp(argv[i], "--runs")) runs = next();
     else if (!std::strcmp(argv[i], "--warmup")) warmup = next();
+    else if (!std::strcmp(argv[i], "--expert-dropout") && i + 1 < argc) expert_dropout = std::atof(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_gmoe_layer [--images 32] [--threads 2] [--runs 7] [--warmup 2]\n");
+      std::fprintf(stderr,
+                   "usage: bench_gmoe_layer [--images 32] [--threads 2] [--runs 7] [--warmup 2] [--expert-dropout 0.1]\n");
       return 2;
     }
   }
-  if (images < 1 || threads < 1 || runs < 1 || warmup < 0) {
-    std::fprintf(stderr, "bench_gmoe_layer: need --images, --threads, --runs >= 1 and --warmup >= 0\n");
+  if (images < 1 || threads < 1 || runs < 1 || warmup < 0 || !(expert_dropout >= 0 && expert_dropout < 1)) {
+    std::fprintf(stderr,
+                 "bench_gmoe_layer: need --images, --threads, --runs >= 1, --warmup >= 0, --expert-dropout in [0, 1)\n");
     return 2;
   }
   cpu_backend::set_num_threads(std::size_t(threads));
@@ -63,7 +67,7 @@ int main(int argc, char** argv) {
   dense.fc2.weight.set_requires_grad();
   std::mt19937_64 init(2);
   auto moe = moe::GMoEFFN<float>::from_dense(dense, moe::CosineRouter<float>::init(Dm, 256, E, init), 1.5);
-  moe.expert_dropout = 0.1;
+  moe.expert_dropout = expert_dropout;
   nn::Rng rng(3);
 
   auto x = random_tokens(index_t(images), T, Dm, 4, true);
@@ -103,7 +107,9 @@ int main(int argc, char** argv) {
   std::printf("gmoe_dense_ffn_fwd_bwd_ms: %.2f\n", 1e3 * median(td));
   std::printf("gmoe_moe_layer_fwd_bwd_ms: %.2f\n", 1e3 * median(tm));
   std::printf("gmoe_moe_layer_over_dense_ffn: %.3f\n", median(ratio));
-  std::fprintf(stderr, "(%d images x %ld tokens = %ld tokens, %d threads, %d runs, last run dropped %ld of %ld tokens)\n",
-               images, long(T), long(N), threads, runs, long(dropped), long(N));
+  std::fprintf(stderr,
+               "(%d images x %ld tokens = %ld tokens, %d threads, %d runs, expert dropout %.2f, last run dropped %ld of "
+               "%ld tokens)\n",
+               images, long(T), long(N), threads, runs, expert_dropout, long(dropped), long(N));
   return 0;
 }
