@@ -225,8 +225,8 @@ void check_expert_grads(const Fixture& f, moe::MoEFFN<T, cpu, R>& m, double gtol
   }
 }
 
-/// The GMoE-configured layer: cosine router, fixed noise, top-k with/without renormalisation,
-/// capacity small enough to drop; output, routing decisions, aux losses and every gradient.
+/// The GMoE-configured layer: cosine router, fixed noise (none in evaluation), top-k with/without
+/// renormalisation, capacity small enough to drop; output, routing decisions, aux losses and every gradient.
 template <class T>
 void run_moe_ffn_gmoe(const std::string& file, double tol, double gtol) {
   Fixture f(file);
@@ -246,7 +246,9 @@ void run_moe_ffn_gmoe(const std::string& file, double tol, double gtol) {
   REQUIRE(names.size() == std::size_t(4 + 4 * E));
   for (auto& p : names) REQUIRE(f.has("param." + p.name));
   auto x = leaf<3, T>(f, "in.x");
-  auto noise = f.get<2, T>("in.noise");
+  // Evaluation fixtures hold a zero noise; the layer gets none (the undefined tensor) as in evaluation.
+  Tensor<T, DynShape<2>> noise;
+  if (f.meta("training") == "true") noise = f.get<2, T>("in.noise");
   const index_t N = x.extent(0) * x.extent(1);
   {
     autograd::Tape tape;
@@ -313,6 +315,8 @@ TEST_CASE("parity moe_ffn", "[parity][moe]") {
 }
 
 TEST_CASE("parity moe_ffn_gmoe_top1 double", "[parity][moe]") { run_moe_ffn_gmoe<double>("moe_ffn_gmoe_top1", 1e-9, 1e-9); }
+TEST_CASE("parity moe_ffn_gmoe_top1_eval double", "[parity][moe]") { run_moe_ffn_gmoe<double>("moe_ffn_gmoe_top1_eval", 1e-9, 1e-9); }
+TEST_CASE("parity moe_ffn_gmoe_top1_eval float", "[parity][moe]") { run_moe_ffn_gmoe<float>("moe_ffn_gmoe_top1_eval", 1e-4, 1e-3); }
 TEST_CASE("parity moe_ffn_gmoe_top2 double", "[parity][moe]") { run_moe_ffn_gmoe<double>("moe_ffn_gmoe_top2", 1e-9, 1e-9); }
 TEST_CASE("parity moe_ffn_gmoe_top1 float", "[parity][moe]") { run_moe_ffn_gmoe<float>("moe_ffn_gmoe_top1", 1e-4, 1e-3); }
 TEST_CASE("parity moe_ffn_gmoe_top2 float", "[parity][moe]") { run_moe_ffn_gmoe<float>("moe_ffn_gmoe_top2", 1e-4, 1e-3); }

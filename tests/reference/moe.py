@@ -479,20 +479,21 @@ def moe_ffn_gmoe_fwd(E, k, renormalize, cf, gate_noise):
     return fwd
 
 
-def _moe_ffn_gmoe_case(name, seed, E, k, renormalize, cf):
+def _moe_ffn_gmoe_case(name, seed, E, k, renormalize, cf, training=True):
     B, T, D, H, Pd, gate_noise = 2, 9, 12, 16, 8, 1.0
     N = B * T
     C = capacity(N, E, cf, k)
     c = Case(name, seed, num_experts=E, dim=D, hidden=H, proj_dim=Pd, top_k=k, renormalize=renormalize,
              capacity_factor=cf, capacity=C, gate_noise=gate_noise, noise_std="gate_noise/num_experts",
-             training=True, activation="gelu_exact", router="cosine (Tutel CosineTopKGate)",
+             training=training, activation="gelu_exact", router="cosine (Tutel CosineTopKGate)",
              clamp_max="ln(100)", normalize_eps=1e-12, residual="not included",
              capacity_formula="k*int(cf*ceil(N/E))",
              priority="descending top probability, ties lower token; same order every round; rounds j=0..k-1",
              aux="(l_imp + l_load) / 2, threshold = k-th largest noisy logit")
     x = randn(B, T, D)
     c.input("x", x, grad=True)
-    c.input("noise", randn(N, E))
+    noise = randn(N, E)  # drawn either way, so that the other tensors are the training case's
+    c.input("noise", noise if training else torch.zeros(N, E, dtype=DT))  # evaluation: no noise at all
     c.param("router.proj.weight", randn(Pd, D, scale=D ** -0.5))
     c.param("router.proj.bias", randn(Pd, scale=0.1))
     c.param("router.codebook", randn(Pd, E))
@@ -549,6 +550,13 @@ def _moe_ffn_gmoe_case(name, seed, E, k, renormalize, cf):
 def moe_ffn_gmoe_top1(seed):
     """GMoE's code: 6 experts, top-1, gate not renormalised; capacity factor 1.0 (C = 3) so tokens drop."""
     return _moe_ffn_gmoe_case("moe_ffn_gmoe_top1", seed, E=6, k=1, renormalize=False, cf=1.0)
+
+
+@register("moe_ffn_gmoe_top1_eval", 2014)
+def moe_ffn_gmoe_top1_eval(seed):
+    """The top-1 layer in evaluation: no noise (zero here, absent on the C++ side); the load loss keeps
+    its CDF scale gate_noise / E and the clean logits as the threshold's source."""
+    return _moe_ffn_gmoe_case("moe_ffn_gmoe_top1_eval", seed, E=6, k=1, renormalize=False, cf=1.0, training=False)
 
 
 @register("moe_ffn_gmoe_top2", 2013)

@@ -30,6 +30,7 @@
 #include "ttmoe/moe/capacity.hpp"
 #include "ttmoe/moe/cosine_router.hpp"
 #include "ttmoe/moe/router.hpp"
+#include "ttmoe/nn/dropout.hpp"
 #include "ttmoe/nn/mlp.hpp"
 #include "ttmoe/ops/indexing.hpp"
 #include "ttmoe/ops/reduce.hpp"
@@ -84,6 +85,9 @@ struct MoEFFN {
   /// C = k * int(capacity_factor * ceil(N / E)) slots per expert (GMoE: 1.5); must be > 0, and
   /// infinity disables dropping.
   double capacity_factor = 1.5;
+  /// Dropout on each expert's hidden activations, fc2(dropout(act(fc1(x)))), in training only (GMoE:
+  /// 0.1, Tutel's activation_fn Dropout(GELU)); applied when forward is given a generator.
+  double expert_dropout = 0.0;
 
   MoEFFNRouting<T, D> routing;  ///< of the last forward
 
@@ -117,12 +121,15 @@ struct MoEFFN {
   index_t top_k() const { return router.top_k; }
 
   /// Throws ValueError / ShapeError naming the mismatch unless the configuration fits inputs of
-  /// `dim` features: top_k in [1, E], capacity_factor > 0, one expert per router output, router and
-  /// experts taking `dim` features and the experts returning `dim`. Run by forward before any work.
+  /// `dim` features: top_k in [1, E], capacity_factor > 0, expert_dropout in [0, 1), one expert per
+  /// router output, router and experts taking `dim` features and the experts returning `dim`. Run by
+  /// forward before any work.
   void validate(index_t dim) const {
     const index_t E = num_experts();
     check_top_k(index_t(router.top_k), E, "MoEFFN");
     check_capacity_factor(capacity_factor, "MoEFFN");
+    if (!(expert_dropout >= 0.0 && expert_dropout < 1.0))
+      throw ValueError("MoEFFN: expert_dropout = " + std::to_string(expert_dropout) + " must lie in [0, 1)");
     if (index_t(experts.size()) != E)
       throw ValueError("MoEFFN: the router has " + std::to_string(E) + " outputs but there are " +
                        std::to_string(experts.size()) + " experts");
@@ -140,7 +147,9 @@ struct MoEFFN {
 
   /// y [B, T, D] for x [B, T, D]; all B*T tokens compete for capacity in one call. `noise` [B*T, E]
   /// ~ N(0, 1) in training (the router scales it by gate_noise / E), undefined for evaluation.
-  Tensor<T, DynShape<3>, D> forward(const Tensor<T, DynShape<3>, D>& x, const Tensor<T, DynShape<2>, D>& noise = {}) {
+  /// `dropout_rng` non-null means training: expert_dropout masks are drawn from it.
+  Tensor<T, DynShape<3>, D> forward(const Tensor<T, DynShape<3>, D>& x, const Tensor<T, DynShape<2>, D>& noise = {},
+                                    nn::Rng* dropout_rng = nullptr) {
     const index_t B = x.extent(0), Tn = x.extent(1), Dm = x.extent(2), N = B * Tn;
     validate(Dm);
     const index_t E = num_experts();
@@ -177,7 +186,7 @@ struct MoEFFN {
       if (rows[e].empty()) continue;
       const index_t ne = index_t(rows[e].size());
       auto ridx = IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(ne), rows[e]);
-      parts.push_back(experts[e](index_select(xf, ridx)));
+      parts.push_back(run_expert(e, index_select(xf, ridx), dropout_rng));
       offset[e] = kept_rows;
       kept_rows += ne;
     }
@@ -197,6 +206,14 @@ struct MoEFFN {
       y = sum<1>(picked.reshape(DynShape<3>(N, k, Dm)) * g3);  // [N, k, Dm] gated picks, summed over k
     }
     return y.reshape(DynShape<3>(B, Tn, Dm));
+  }
+
+  /// Expert e on its gathered tokens [n_e, D]: fc2(dropout(act(fc1(x)))), the dropout only with a
+  /// generator (training) and expert_dropout > 0.
+  Tensor<T, DynShape<2>, D> run_expert(index_t e, const Tensor<T, DynShape<2>, D>& xe, nn::Rng* rng) const {
+    const auto& ex = experts[std::size_t(e)];
+    if (rng == nullptr || expert_dropout <= 0.0) return ex(xe);
+    return ex.fc2(nn::dropout(nn::activate(ex.act, ex.fc1(xe)), expert_dropout, true, *rng));
   }
 
   /// GMoE's auxiliary losses (importance + load, aux_losses.hpp) of the last forward's routing; add

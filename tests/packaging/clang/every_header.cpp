@@ -15,6 +15,7 @@
 #include <ttmoe/io/plot.hpp>
 #include <ttmoe/io/safetensors.hpp>
 #include <ttmoe/io/streams.hpp>
+#include <ttmoe/models/gmoe_checkpoint.hpp>
 #include <ttmoe/models/vit.hpp>
 #include <ttmoe/moe/bisecting_kmeans.hpp>
 #include <ttmoe/moe/lora_merge.hpp>
