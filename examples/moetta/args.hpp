@@ -1,13 +1,13 @@
 #pragma once
-// Command-line options of the moetta example. A small hand-written parser (CLI11 is not among the
-// installed packages): `--name value` or `--name=value`, flags without a value, unknown options and
-// missing values are errors that name the option, `--help` prints the usage.
+// Command-line options of the moetta example, parsed by CLI11 (Debian libcli11-dev): `--name value`
+// or `--name=value`, flags without a value; an unknown option, a missing value or a value outside
+// its set / range is an error that names the option; `--help` prints the usage.
+
+#include <CLI/CLI.hpp>
 
 #include <cstdint>
-#include <cstdlib>
-#include <map>
+#include <memory>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -35,106 +35,111 @@ struct Options {
   bool help = false;
 };
 
-/// The usage text.
-inline std::string usage() {
-  return R"(usage: moetta [options]
+/// The command line's description: what a run without --checkpoint does.
+inline constexpr const char* kDescription =
+    "Without --checkpoint: trains (once, cached) a small ViT on Fashion-MNIST with its last 5000 training\n"
+    "images held out, chooses each method's hyper-parameters on a validation stream (ImageNet-C's four\n"
+    "extra corruptions on the held-out images; once, cached beside the model), then compares No-adapt,\n"
+    "Tent, EATA, SAR and MoETTA on a mixed stream of all 10000 corrupted / sketch / inverted\n"
+    "Fashion-MNIST test images.";
 
-Without --checkpoint: trains (once, cached) a small ViT on Fashion-MNIST with its last 5000 training
-images held out, chooses each method's hyper-parameters on a validation stream (ImageNet-C's four
-extra corruptions on the held-out images; once, cached beside the model), then compares No-adapt,
-Tent, EATA, SAR and MoETTA on a mixed stream of all 10000 corrupted / sketch / inverted
-Fashion-MNIST test images.
-
-  --checkpoint FILE        ViT-B/16 safetensors (timm or torchvision names, auto-detected): full scale
-  --imagenet-c DIR         ImageNet-C root (DIR/<corruption>/<severity>/<wnid>/*.JPEG)
-  --imagenet-r DIR         ImageNet-R class folders (potpourri, potpourri+; optional, warned if absent)
-  --imagenet-sketch DIR    ImageNet-Sketch class folders (potpourri, potpourri+; optional, warned if absent)
-  --imagenet-a DIR         ImageNet-A class folders (potpourri, potpourri+; optional, warned if absent)
-                           (potpourri needs at least one of -r / -sketch / -a)
-  --imagenet-val DIR       ImageNet validation class folders (required by potpourri+; with any
-                           setting, EATA's Fisher comes from 2000 of its images)
-  --imagenet-classes FILE  the 1000 wnids in index order, one per line (else taken from -val / -c)
-  --normalize N            auto | imagenet | half: input mean/std of the checkpoint (default auto:
-                           half = 0.5/0.5 for timm key names (augreg ViT-B/16), imagenet =
-                           mean (0.485, 0.456, 0.406) / std (0.229, 0.224, 0.225) for torchvision's)
-  --setting S              classical | potpourri | potpourri+        (default classical)
-  --method M               all | noadapt | tent | eata | sar | moetta (default all)
-  --seeds LIST             comma-separated stream seeds               (default 42,4242,424242)
-  --batch-size N           (default 64)
-  --limit N                at most N images per domain (default: all)
-  --severity N             ImageNet-C / embedded corruption severity  (default 5)
-  --cache DIR              embedded model cache (default $TTMOE_CACHE_DIR or ~/.cache/ttmoe)
-  --out DIR                where the PNG figures are written          (default .)
-  --epochs N               embedded model training epochs             (default 4)
-  --retrain                retrain the embedded model even if cached
-  --hyper H                embedded: tuned | paper: the validation-chosen hyper-parameters (default)
-                           or the papers' ImageNet settings
-  --tune                   embedded: rerun the validation search even if its result is cached
-  --validate               embedded: also run every method over the validation stream for every seed
-  --help
-)";
+/// A CLI11 check that the value is an integer >= `min` (CLI11's own number checks accept "1.5" as far
+/// as the check goes and print their range with 300 digits).
+inline CLI::Validator integer_at_least(long long min) {
+  return CLI::Validator(
+      [min](std::string& s) -> std::string {
+        std::size_t pos = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(s, &pos);
+        } catch (const std::exception&) {
+          pos = 0;
+        }
+        if (s.empty() || pos != s.size() || v < min)
+          return "expected an integer >= " + std::to_string(min) + ", got '" + s + "'";
+        return {};
+      },
+      ">=" + std::to_string(min));
 }
 
-/// Parses argv; throws std::invalid_argument with a message naming the offending option.
+/// A CLI11 application whose options write into `o` (which must outlive it). Defaults are o's
+/// current values, shown in the help.
+inline std::unique_ptr<CLI::App> make_app(Options& o) {
+  auto app = std::make_unique<CLI::App>(kDescription, "moetta");
+  app->get_formatter()->column_width(30);
+  app->option_defaults()->always_capture_default();
+  app->add_option("--checkpoint", o.checkpoint, "ViT-B/16 safetensors (timm or torchvision names, auto-detected): full scale")
+      ->type_name("FILE");
+  app->add_option("--imagenet-c", o.imagenet_c, "ImageNet-C root (DIR/<corruption>/<severity>/<wnid>/*.JPEG)")->type_name("DIR");
+  app->add_option("--imagenet-r", o.imagenet_r,
+                  "ImageNet-R class folders (potpourri, potpourri+; optional, warned if absent)")
+      ->type_name("DIR");
+  app->add_option("--imagenet-sketch", o.imagenet_sketch,
+                  "ImageNet-Sketch class folders (potpourri, potpourri+; optional, warned if absent)")
+      ->type_name("DIR");
+  app->add_option("--imagenet-a", o.imagenet_a,
+                  "ImageNet-A class folders (potpourri, potpourri+; optional, warned if absent)\n"
+                  "(potpourri needs at least one of -r / -sketch / -a)")
+      ->type_name("DIR");
+  app->add_option("--imagenet-val", o.imagenet_val,
+                  "ImageNet validation class folders (required by potpourri+; with any\n"
+                  "setting, EATA's Fisher comes from 2000 of its images)")
+      ->type_name("DIR");
+  app->add_option("--imagenet-classes", o.imagenet_classes,
+                  "the 1000 wnids in index order, one per line (else taken from -val / -c)")
+      ->type_name("FILE");
+  app->add_option("--normalize", o.normalize,
+                  "auto | imagenet | half: input mean/std of the checkpoint (default auto:\n"
+                  "half = 0.5/0.5 for timm key names (augreg ViT-B/16), imagenet =\n"
+                  "mean (0.485, 0.456, 0.406) / std (0.229, 0.224, 0.225) for torchvision's)")
+      ->type_name("N")
+      ->check(CLI::IsMember({"auto", "imagenet", "half"}));
+  // io::parse_setting checks the value (one list of settings, in the library).
+  app->add_option("--setting", o.setting, "classical | potpourri | potpourri+")->type_name("S");
+  app->add_option("--method", o.method, "all | noadapt | tent | eata | sar | moetta")
+      ->type_name("M")
+      ->check(CLI::IsMember({"all", "noadapt", "tent", "eata", "sar", "moetta"}));
+  app->add_option("--seeds", o.seeds, "comma-separated stream seeds")
+      ->type_name("LIST")
+      ->delimiter(',')
+      ->check(integer_at_least(0));
+  app->add_option("--batch-size", o.batch_size, "images per adaptation batch")->type_name("N")->check(integer_at_least(1));
+  app->add_option("--limit", o.limit, "at most N images per domain (0: all)")->type_name("N")->check(integer_at_least(0));
+  app->add_option("--severity", o.severity, "ImageNet-C / embedded corruption severity")
+      ->type_name("N")
+      ->check(CLI::Range(1, 5));
+  app->add_option("--cache", o.cache, "embedded model cache (default $TTMOE_CACHE_DIR or ~/.cache/ttmoe)")->type_name("DIR");
+  app->add_option("--out", o.out_dir, "where the PNG figures are written")->type_name("DIR");
+  app->add_option("--epochs", o.epochs, "embedded model training epochs")->type_name("N")->check(integer_at_least(1));
+  app->add_flag("--retrain", o.retrain, "retrain the embedded model even if cached");
+  app->add_option("--hyper", o.hyper,
+                  "embedded: tuned | paper: the validation-chosen hyper-parameters (default)\n"
+                  "or the papers' ImageNet settings")
+      ->type_name("H")
+      ->check(CLI::IsMember({"tuned", "paper"}));
+  app->add_flag("--tune", o.tune, "embedded: rerun the validation search even if its result is cached");
+  app->add_flag("--validate", o.validate, "embedded: also run every method over the validation stream for every seed");
+  return app;
+}
+
+/// The usage text (CLI11's help of make_app, with the defaults).
+inline std::string usage() {
+  Options o;
+  return make_app(o)->help();
+}
+
+/// Parses argv; throws std::invalid_argument with CLI11's message, which names the offending option.
+/// `--help` / `-h` sets Options::help instead of parsing the rest.
 inline Options parse_args(int argc, char** argv) {
   Options o;
-  std::map<std::string, std::optional<std::string>*> paths{
-      {"--checkpoint", &o.checkpoint},     {"--imagenet-c", &o.imagenet_c},   {"--imagenet-r", &o.imagenet_r},
-      {"--imagenet-sketch", &o.imagenet_sketch}, {"--imagenet-a", &o.imagenet_a}, {"--imagenet-val", &o.imagenet_val},
-      {"--imagenet-classes", &o.imagenet_classes}, {"--cache", &o.cache}};
-  auto to_int = [](const std::string& opt, const std::string& v) {
-    std::size_t pos = 0;
-    long long x = 0;
-    try {
-      x = std::stoll(v, &pos);
-    } catch (...) {
-      pos = 0;
-    }
-    if (pos != v.size() || x < 0) throw std::invalid_argument(opt + ": expected a non-negative integer, got '" + v + "'");
-    return x;
-  };
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i], value;
-    bool has_value = false;
-    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = a.substr(eq + 1), a = a.substr(0, eq), has_value = true;
-    }
-    auto need = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) throw std::invalid_argument(a + ": missing value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") o.help = true;
-    else if (a == "--retrain") o.retrain = true;
-    else if (a == "--tune") o.tune = true;
-    else if (a == "--validate") o.validate = true;
-    else if (a == "--hyper") o.hyper = need();
-    else if (auto it = paths.find(a); it != paths.end()) *it->second = need();
-    else if (a == "--setting") o.setting = need();
-    else if (a == "--method") o.method = need();
-    else if (a == "--normalize") o.normalize = need();
-    else if (a == "--out") o.out_dir = need();
-    else if (a == "--batch-size") o.batch_size = int(to_int(a, need()));
-    else if (a == "--limit") o.limit = std::size_t(to_int(a, need()));
-    else if (a == "--severity") o.severity = int(to_int(a, need()));
-    else if (a == "--epochs") o.epochs = int(to_int(a, need()));
-    else if (a == "--seeds") {
-      o.seeds.clear();
-      std::stringstream ss(need());
-      std::string tok;
-      while (std::getline(ss, tok, ',')) o.seeds.push_back(std::uint64_t(to_int("--seeds", tok)));
-      if (o.seeds.empty()) throw std::invalid_argument("--seeds: empty list");
-    } else throw std::invalid_argument("unknown option '" + a + "' (see --help)");
+  auto app = make_app(o);
+  try {
+    app->parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    o.help = true;
+  } catch (const CLI::ParseError& e) {
+    throw std::invalid_argument(std::string(e.what()) + " (see --help)");
   }
-  if (o.batch_size <= 0) throw std::invalid_argument("--batch-size must be positive");
-  if (o.severity < 1 || o.severity > 5) throw std::invalid_argument("--severity must be 1..5");
-  if (o.hyper != "tuned" && o.hyper != "paper")
-    throw std::invalid_argument("--hyper: unknown value '" + o.hyper + "' (tuned, paper)");
-  if (o.normalize != "auto" && o.normalize != "imagenet" && o.normalize != "half")
-    throw std::invalid_argument("--normalize: unknown value '" + o.normalize + "' (auto, imagenet, half)");
-  if (o.method != "all" && o.method != "noadapt" && o.method != "tent" && o.method != "eata" && o.method != "sar" &&
-      o.method != "moetta")
-    throw std::invalid_argument("--method: unknown method '" + o.method + "' (all, noadapt, tent, eata, sar, moetta)");
   return o;
 }
 

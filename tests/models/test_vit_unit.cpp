@@ -3,6 +3,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -128,4 +131,132 @@ TEST_CASE("vit: backward through a converted ViT reaches only routers and expert
   // Every router gets a gradient (entropy via c = p / sg(p), and the balance loss); expert deltas
   // of the picked expert get one too, so nearly all 96 tensors are non-zero.
   CHECK(reached >= 48);
+}
+
+namespace {
+// The textbook path the class-token shortcuts must equal: every block and the final norm on every
+// token, then class-token pooling and the head.
+template <class T>
+Tensor<T, DynShape<2>> logits_from_every_token(const models::VisionTransformer<T>& vit, const Tensor<T, DynShape<4>>& x) {
+  Tensor<T, DynShape<3>> h = vit.embed(x);
+  for (const auto& b : vit.blocks) h = b.forward(h);
+  const Tensor<T, DynShape<3>> y = vit.norm(h);
+  const Tensor<T, DynShape<3>> cls = narrow<1>(y, 0, 1);
+  return vit.head(cls.reshape(DynShape<2>(x.extent(0), vit.config.embed_dim)));
+}
+
+// Logits, the loss sum(logits * weights) (+ the balance loss when converted) and every trainable
+// parameter's gradient after one backward of it, by parameter name.
+struct ForwardBackward {
+  std::vector<double> logits, balance;
+  std::map<std::string, std::vector<double>> grads;
+};
+template <class F>
+ForwardBackward forward_backward(models::VisionTransformer<double>& vit, F&& forward) {
+  ForwardBackward r;
+  nn::zero_grad(vit);
+  {
+    autograd::Tape tape;
+    Tensor<double, DynShape<2>> logits = forward();
+    std::vector<double> w(std::size_t(logits.numel()));
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.7 * double(i) + 0.3);
+    auto wt = Tensor<double, DynShape<2>>::from_host(logits.shape(), w);
+    Tensor<double, Shape<>> loss = sum_all(logits * wt);
+    if (!vit.moe_layers().empty()) {
+      const auto bl = vit.balance_loss();
+      r.balance.push_back(bl.item());
+      loss = loss + bl * 0.3;
+    }
+    autograd::backward(tape, loss);
+    r.logits = logits.detach().to_vector();
+  }
+  nn::for_each_parameter(vit, [&](const std::string& name, auto& t) {
+    if (t.requires_grad() && t.grad().defined()) r.grads[name] = t.grad().to_vector();
+  });
+  return r;
+}
+void check_same(const ForwardBackward& a, const ForwardBackward& b) {
+  REQUIRE(a.logits.size() == b.logits.size());
+  for (std::size_t i = 0; i < a.logits.size(); ++i) CHECK(a.logits[i] == Approx(b.logits[i]).margin(1e-12));
+  REQUIRE(a.balance.size() == b.balance.size());
+  for (std::size_t i = 0; i < a.balance.size(); ++i) CHECK(a.balance[i] == Approx(b.balance[i]).margin(1e-12));
+  REQUIRE(a.grads.size() == b.grads.size());
+  for (const auto& [name, g] : a.grads) {
+    INFO(name);
+    REQUIRE(b.grads.count(name));
+    const auto& h = b.grads.at(name);
+    REQUIRE(g.size() == h.size());
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) diff = std::max(diff, std::abs(g[i] - h[i])), scale += std::abs(h[i]);
+    CHECK(diff <= 1e-10 * (1 + scale));
+  }
+}
+}  // namespace
+
+TEST_CASE("vit: the last block computes only what the head reads, with every-token logits and gradients", "[unit]") {
+  models::VisionTransformer<double> vit(models::vit_test_tiny(8, 4, 16, 3, 2, 32, 5), 11);
+  auto x = random_images<double>(3, 8, 12);
+  SECTION("plain model: everything after the last attention core on the class token alone") {
+    // Every parameter trainable (Tent-like use reaches the last block's norms, MLP and head too).
+    const auto fast = forward_backward(vit, [&] { return vit(x); });
+    const auto full = forward_backward(vit, [&] { return logits_from_every_token(vit, x); });
+    CHECK(fast.grads.size() == nn::named_parameters<double>(vit).size());
+    check_same(fast, full);
+  }
+  SECTION("sample-routed MoE final norm: fc2 on the class token and the token mean only") {
+    vit.convert_to_moe_layernorm(3, 1, 5);
+    nn::freeze(vit);
+    nn::set_trainable(vit, "*.experts.*", true);
+    nn::set_trainable(vit, "*.router.*", true);
+    // Distinct expert deltas, so a wrong routing input would change the logits.
+    std::uint64_t seed = 100;
+    for (auto* m : vit.moe_layers()) {
+      nn::uniform_(m->experts.weight_delta, 0.5, seed++);
+      nn::uniform_(m->experts.bias_delta, 0.5, seed++);
+    }
+    const auto fast = forward_backward(vit, [&] { return vit(x); });
+    const auto fast_picks = vit.moe_layers().back()->top_index.to_vector();
+    const auto full = forward_backward(vit, [&] { return logits_from_every_token(vit, x); });
+    CHECK(fast_picks == vit.moe_layers().back()->top_index.to_vector());
+    CHECK(fast.grads.size() == 4 * vit.moe_layers().size());
+    check_same(fast, full);
+  }
+  SECTION("per-token routing reads every token: the full path") {
+    vit.convert_to_moe_layernorm(3, 1, 5, 1, /*per_token=*/true);
+    CHECK_THROWS_AS(vit.norm.forward_routed(Tensor<double, DynShape<3>>(DynShape<3>(3, 1, 16)),
+                                            Tensor<double, DynShape<2>>(DynShape<2>(3, 16))),
+                    std::logic_error);
+    check_same(forward_backward(vit, [&] { return vit(x); }),
+               forward_backward(vit, [&] { return logits_from_every_token(vit, x); }));
+  }
+}
+
+TEST_CASE("vit: a MoETTA step records no VJP below the first trainable parameter", "[unit]") {
+  // MoETTA's trainable set on a ViT-B-deep model: routers and experts from blocks.0.norm2 on.
+  models::VisionTransformer<float> vit(deep_narrow(), 5);
+  vit.convert_to_moe_layernorm(3, 1, 7);
+  nn::freeze(vit);
+  nn::set_trainable(vit, "*.experts.*", true);
+  nn::set_trainable(vit, "*.router.*", true);
+  auto x = random_images<float>(2, 8, 9);
+  {
+    // Below blocks.0.norm2: patch embedding, class token, position embedding, blocks.0.norm1 and
+    // the first attention (qkv, attention core, projection with its residual) record nothing.
+    autograd::Tape tape;
+    const Tensor<float, DynShape<3>> t = vit.embed(x);
+    const Tensor<float, DynShape<3>> h = vit.blocks[0].attn(vit.blocks[0].norm1(t), t);
+    CHECK(tape.size() == 0);
+    CHECK_FALSE(h.requires_grad());
+  }
+  autograd::Tape tape;
+  auto logits = vit(x);
+  Tensor<float, Shape<>> loss = mean_all(nn::softmax_entropy(logits)) + vit.balance_loss() * 0.1f;
+  const auto names = tape.node_names();
+  // One attention core per block above the first: blocks.0's is not on the tape.
+  CHECK(index_t(std::count(names.begin(), names.end(), "fused_qkv_attention")) == vit.config.depth - 1);
+  autograd::backward(tape, loss);
+  nn::for_each_parameter(vit, [&](const std::string& name, auto& t) {
+    INFO(name);
+    if (!t.requires_grad()) CHECK_FALSE(t.grad().defined());  // no gradient buffer below or beside
+  });
 }

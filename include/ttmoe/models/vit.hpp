@@ -53,6 +53,36 @@ struct ViTBlock {
     return mlp(norm2(h), h).template as<ST>("ViTBlock mlp");
   }
 
+  /// The class token's output only, x [B, T, D] -> [B, 1, D], for a block whose norm2 is a plain
+  /// LayerNorm (a MoE one routes from the mean over all tokens). Keys and values come from every
+  /// token, but the output projection, norm2 and the MLP are per token, so they run on the class
+  /// token alone: the same values as forward(x)'s row 0 (what the head reads of the last block).
+  template <class ST>
+  Tensor<T, DynShape<3>, D> forward_class_token(const Tensor<T, ST, D>& x) const {
+    if (norm2.is_moe()) throw std::logic_error("ViTBlock::forward_class_token: norm2 is a MoE-LayerNorm");
+    const Tensor<T, DynShape<3>, D> x0 = narrow<1>(x, 0, 1);
+    const Tensor<T, DynShape<3>, D> a0 = narrow<1>(attn.heads(norm1(x)), 0, 1);
+    Tensor<T, DynShape<3>, D> h0 = attn.proj(a0, x0);
+    return mlp(norm2(h0), h0);
+  }
+
+  /// What a last block must hand a sample-routed final MoE-LayerNorm: x [B, T, D] -> [B, 2, D],
+  /// row 0 the class token's output (normalised for the head), row 1 the mean over tokens of the
+  /// output (the router's input). The MLP's second layer is linear, so the token mean of
+  /// h + fc2(g) + b is mean(h) + fc2(mean(g)) + b: fc2 runs on 2 rows instead of T; everything
+  /// before it (attention, norm2, fc1 and the activation) still runs on every token.
+  template <class ST>
+  Tensor<T, DynShape<3>, D> forward_class_token_and_mean(const Tensor<T, ST, D>& x) const {
+    const Tensor<T, DynShape<3>, D> h = attn(norm1(x), x);
+    const index_t B = h.extent(0), Dm = h.extent(2), H = mlp.fc1.weight.extent(0);
+    const Tensor<T, DynShape<3>, D> g = nn::activate(mlp.act, mlp.fc1(norm2(h)));
+    using T2 = Tensor<T, DynShape<2>, D>;
+    using T3 = Tensor<T, DynShape<3>, D>;
+    const T3 g2 = concat<1>(std::vector<T3>{narrow<1>(g, 0, 1), T2(mean<1>(g)).reshape(DynShape<3>(B, 1, H))});
+    const T3 h2 = concat<1>(std::vector<T3>{narrow<1>(h, 0, 1), T2(mean<1>(h)).reshape(DynShape<3>(B, 1, Dm))});
+    return mlp.fc2(g2, h2);
+  }
+
   template <class V>
   void visit_parameters(V& v) {
     v.sub("norm1", norm1);
@@ -127,16 +157,30 @@ struct VisionTransformer {
     static_assert(S::rank == 4, "VisionTransformer: images are [B, C, H, W]");
     const index_t B = images.extent(0), Dm = config.embed_dim;
     Tensor<T, ST, D> x = embed(images).template as<ST>("VisionTransformer tokens");
-    for (const auto& b : blocks) x = b.forward(x);
-    Tensor<T, DynShape<3>, D> cls;
-    if (norm.is_moe()) {
-      // MoE routing reads the token mean of the whole sequence, so normalise every token.
-      cls = narrow<1>(norm(x), 0, 1);
-    } else {
-      // LayerNorm is per token: normalising only the pooled class token gives the same logits.
-      cls = norm(Tensor<T, DynShape<3>, D>(narrow<1>(x, 0, 1)));
+    for (std::size_t i = 0; i + 1 < blocks.size(); ++i) x = blocks[i].forward(x);
+    return head(last_block_class_token(x).reshape(DynShape<2>(B, Dm)));
+  }
+
+  /// The last block and the final norm, computing only what the head reads: the normalised class
+  /// token [B, 1, D]. Which shortcut applies depends on the final norm (see the ViTBlock methods):
+  ///  * plain final norm and plain last norm2 (a plain model, Tent, EATA, SAR): everything after
+  ///    the attention core runs on the class token alone;
+  ///  * sample-routed MoE final norm (MoETTA): the last MLP's fc2 runs on the class token and the
+  ///    token mean (the router's input), and only the class token is normalised;
+  ///  * otherwise (per-token routing, whose balance loss reads every token): every token.
+  template <class ST>
+  Tensor<T, DynShape<3>, D> last_block_class_token(const Tensor<T, ST, D>& x) const {
+    using T3 = Tensor<T, DynShape<3>, D>;
+    if (blocks.empty()) return norm.is_moe() ? T3(narrow<1>(norm(x), 0, 1)) : norm(T3(narrow<1>(x, 0, 1)));
+    const auto& last = blocks.back();
+    if (!norm.is_moe() && !last.norm2.is_moe()) return norm(last.forward_class_token(x));
+    if (norm.is_moe() && !norm.moe->per_token) {
+      const T3 y2 = last.forward_class_token_and_mean(x);
+      const index_t B = y2.extent(0), Dm = y2.extent(2);
+      return norm.forward_routed(T3(narrow<1>(y2, 0, 1)), T3(narrow<1>(y2, 1, 1)).reshape(DynShape<2>(B, Dm)));
     }
-    return head(cls.reshape(DynShape<2>(B, Dm)));
+    const T3 y = last.forward(x);
+    return norm.is_moe() ? T3(narrow<1>(norm(y), 0, 1)) : norm(T3(narrow<1>(y, 0, 1)));
   }
 
   // ---- MoETTA hook --------------------------------------------------------------------------

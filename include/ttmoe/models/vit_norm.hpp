@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <random>
+#include <stdexcept>
 
 #include "ttmoe/moe/moe_layernorm.hpp"
 #include "ttmoe/nn/layernorm.hpp"
@@ -45,6 +46,14 @@ struct ViTNorm {
     if (!moe) return ln(x);
     static_assert(S::rank == 3, "ViTNorm: a MoE-LayerNorm needs x as [B, T, D]");
     return moe->forward(Tensor<T, DynShape<3>, D>(x)).template as<S>("ViTNorm");
+  }
+  /// A converted, sample-routed slot applied to some tokens x [B, T', D] with the routing read from
+  /// `token_mean` [B, D], the mean over ALL the input's tokens (which the caller computed without
+  /// materialising them); see moe::MoELayerNorm::forward_routed.
+  Tensor<T, DynShape<3>, D> forward_routed(const Tensor<T, DynShape<3>, D>& x,
+                                           const Tensor<T, DynShape<2>, D>& token_mean) const {
+    if (!moe) throw std::logic_error("ViTNorm::forward_routed: not a MoE-LayerNorm");
+    return moe->forward_routed(x, token_mean);
   }
   template <class S>
   Tensor<T, S, D> operator()(const Tensor<T, S, D>& x) const {

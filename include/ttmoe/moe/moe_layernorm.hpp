@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -93,10 +94,28 @@ struct MoELayerNorm {
 
   /// y = normalize(x) * gamma_g + beta_g for x [B, T, D]; g is the sample (or token).
   Tensor<T, DynShape<3>, D> forward(const Tensor<T, DynShape<3>, D>& x) {
+    if (per_token) return apply(x, x.reshape(DynShape<2>(x.extent(0) * x.extent(1), x.extent(2))));
+    return apply(x, mean<1>(x));
+  }
+
+  /// Sample routing only: routes sample b from token_mean[b] [B, D], the mean over all tokens of
+  /// the layer's full input, and normalises x [B, T', D], any subset of those tokens (a model that
+  /// needs only the class token's output passes just it). Same values, routing state and balance
+  /// loss as forward(full input) restricted to those tokens.
+  Tensor<T, DynShape<3>, D> forward_routed(const Tensor<T, DynShape<3>, D>& x, const Tensor<T, DynShape<2>, D>& token_mean) {
+    if (per_token) throw std::logic_error("MoELayerNorm::forward_routed: per-token routing reads every token");
+    if (token_mean.extent(0) != x.extent(0) || token_mean.extent(1) != x.extent(2))
+      throw ShapeError("MoELayerNorm::forward_routed: token mean " + token_mean.shape().to_string() + " for x " +
+                       x.shape().to_string());
+    return apply(x, token_mean);
+  }
+
+ private:
+  /// Routes the G rows of z (G = B, or B*T per token) and normalises x with each group's affine.
+  Tensor<T, DynShape<3>, D> apply(const Tensor<T, DynShape<3>, D>& x, const Tensor<T, DynShape<2>, D>& z) {
     const index_t B = x.extent(0), Tn = x.extent(1), Dm = x.extent(2);
     const index_t G = per_token ? B * Tn : B;
     auto x2 = x.reshape(DynShape<2>(B * Tn, Dm));
-    Tensor<T, DynShape<2>, D> z = per_token ? x2 : mean<1>(x);
     Tensor<T, DynShape<2>, D> logits = matmul<false, true>(z, router.weight) + router.bias;
     probs = softmax<-1>(logits);
     auto [ptop, idx] = topk(probs, top_k);
@@ -113,6 +132,8 @@ struct MoELayerNorm {
     return layer_norm_rows(x2, gamma, beta, per_token ? 1 : Tn, T(eps), "grouped_layernorm")
         .reshape(DynShape<3>(B, Tn, Dm));
   }
+
+ public:
 
   /// E * sum_e mean_g(p[g, e]) * count_e / sum(count) over the last forward's top-1 picks (the first
   /// pick when top_k > 1); the counts are constants, so the gradient flows through the probabilities only.
