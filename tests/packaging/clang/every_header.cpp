@@ -3,7 +3,7 @@
 // step. Conversion must not change the function (zero expert deltas), and the step must update only
 // routers and experts. Exits non-zero on a mismatch.
 #include <ttmoe/ttmoe.hpp>
-#include <ttmoe/io/checkpoint.hpp>
+#include <ttmoe/nn/checkpoint.hpp>
 #include <ttmoe/io/corruptions.hpp>
 #include <ttmoe/io/datasets.hpp>
 #include <ttmoe/io/plot.hpp>
