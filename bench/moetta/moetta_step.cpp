@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "../common.hpp"
+#include "ttmoe/backend/cpu/backend.hpp"  // the CPU kernels (the models here run on cpu)
 #include "ttmoe/models/vit.hpp"
 #include "ttmoe/tta/metrics.hpp"
 #include "ttmoe/tta/moetta.hpp"

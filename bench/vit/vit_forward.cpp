@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../common.hpp"
+#include "ttmoe/backend/cpu/backend.hpp"  // the CPU kernels (the models here run on cpu)
 #include "ttmoe/models/vit.hpp"
 
 using namespace ttmoe;

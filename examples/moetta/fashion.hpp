@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include <ttmoe/io/checkpoint.hpp>
+#include <ttmoe/nn/checkpoint.hpp>
 #include <ttmoe/io/corruptions.hpp>
 #include <ttmoe/io/idx.hpp>
 #include <ttmoe/io/streams.hpp>

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include <ttmoe/io/checkpoint.hpp>
+#include <ttmoe/nn/checkpoint.hpp>
 #include <ttmoe/io/datasets.hpp>
 #include <ttmoe/io/datasets_transform.hpp>
 #include <ttmoe/io/streams.hpp>

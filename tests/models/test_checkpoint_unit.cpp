@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/io/checkpoint.hpp"
+#include "ttmoe/backend/cpu/backend.hpp"  // the CPU kernels (the models here run on cpu)
+#include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/models/vit.hpp"
 
 using namespace ttmoe;

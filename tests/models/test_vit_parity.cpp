@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "model_fixture.hpp"
-#include "ttmoe/io/checkpoint.hpp"
+#include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/models/vit.hpp"
 
 using namespace ttmoe;

@@ -10,7 +10,8 @@
 #include <filesystem>
 #include <string>
 
-#include "ttmoe/io/checkpoint.hpp"
+#include "ttmoe/backend/cpu/backend.hpp"  // the CPU kernels (the models here run on cpu)
+#include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/io/safetensors.hpp"
 #include "ttmoe/models/vit.hpp"
 #include "ttmoe/tta/moetta.hpp"

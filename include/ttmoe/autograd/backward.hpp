@@ -3,6 +3,7 @@
 // tensor), replays the tape in reverse and frees it. Leaf gradients accumulate across calls until
 // zero_grad().
 
+#include "ttmoe/autograd/tape.hpp"
 #include "ttmoe/core/tensor.hpp"
 
 namespace ttmoe::autograd {

@@ -1,10 +1,106 @@
 #pragma once
-// Backend<D>: the kernels a device provides (fused elementwise execution, reductions, GEMM, small
-// primitives). Ops above this layer are written once and call Backend<D>; each device specialises it
-// (backend/cpu for the host, backend/cuda for NVIDIA GPUs).
+// The backend contract: what `Backend<D>` (declared in core/backend_decl.hpp) must provide for ops to
+// run on device D. Ops above this floor are written once against it; each device specialises
+// Backend<D> (backend/cpu for the host, backend/cuda for NVIDIA GPUs and thrust's host systems) and
+// static_asserts `BackendFor<D, float>` and `BackendFor<D, double>` next to the specialisation, so a
+// missing or mistyped kernel is reported there, by name, rather than deep inside the first op that
+// calls it. docs/extending.md has the checklist for a new backend.
+//
+// Every kernel is a static function on raw device pointers (no tensors, no autograd): it computes,
+// and the op that calls it records the VJP. Shapes reach kernels as [outer, n, inner] views: the
+// axis an op works along has n elements, `outer` the product of the extents before it and `inner`
+// the product of those after it. Unless a kernel says "accumulate", it overwrites its output.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "ttmoe/backend/gemm_epilogue.hpp"
+#include "ttmoe/core/backend_decl.hpp"
+#include "ttmoe/core/device.hpp"
+#include "ttmoe/expr/kernel.hpp"
+#include "ttmoe/expr/ops.hpp"
 
 namespace ttmoe {
-/// Kernels of device D; specialised per device.
-template <class D>
-struct Backend;
+
+namespace backend_contract {
+/// A representative kernel tree (a tensor operand plus a scalar) for checking `evaluate`: kernels are
+/// templates, so a backend must accept every tree the expression library builds; this one stands for
+/// them in the concept.
+template <class T>
+using SampleKernel = expr::OpKernel<op::add, expr::LeafKernel<T, 2>, expr::ScalarKernel<T>>;
+}  // namespace backend_contract
+
+/// The kernels every backend must provide for element type T (float and double are required).
+/// With B = Backend<D>, all static, all on device pointers:
+/// - elementwise: `evaluate<T, R>(kernel, out, ext)` writes a fused expression's kernel tree over
+///   extents `ext`; `evaluate_backward<T, R>(kernel, grad_out, ext)` runs the tree's per-element VJP
+///   (the tree carries its gradient sinks); `add_inplace(dst, src, n)` adds; `reduce_broadcast_add(dst,
+///   leaf_ext, src, out_ext)` sums a gradient of extents out_ext into a broadcast operand of extents
+///   leaf_ext (accumulate).
+/// - reductions on [outer, n, inner]: `reduce_sum` (times a scale), `broadcast_add_axis` (its VJP,
+///   accumulate), `reduce_extremum` (max/min and first arg-extremum, NaN wins), `reduce_variance` /
+///   `variance_backward` (ddof), `softmax` / `softmax_backward` (or log-softmax), `logsumexp` /
+///   `logsumexp_backward` (accumulate), `scatter_add_axis` (index_select's VJP: accumulate, several
+///   sources may hit one destination; must be deterministic).
+/// - indexing: `gather_axis`, `copy_blocks` (strided row copies, optionally accumulating), `permute`
+///   (optionally accumulating), `topk` per row (values descending, first index on ties, NaN largest).
+/// - LayerNorm rows with grouped affine parameters: `layer_norm` (writes per-row mean and rstd to
+///   `stats`) and `layer_norm_backward` (accumulates dx, dgamma, dbeta; null ones skipped).
+/// - GEMM, BLAS conventions (row-major, op(A) [M, K], op(B) [K, N]): `gemm` (C = alpha op(A) op(B) +
+///   beta C), `gemm_bias` (C = alpha op(A) op(B) + bias row; C not read), `gemm_batched` (strided).
+template <class D, class T>
+concept BackendFor =
+    Device<D> &&
+    requires(const T* c, T* m, const std::int64_t* ci, std::int64_t* mi, index_t n, T s, bool b,
+             backend_contract::SampleKernel<T> k, std::array<index_t, 2> e2, std::array<index_t, 1> e1,
+             std::array<std::size_t, 2> p2) {
+      // elementwise
+      Backend<D>::template evaluate<T, 2>(k, m, e2);
+      Backend<D>::template evaluate_backward<T, 2>(k, c, e2);
+      Backend<D>::add_inplace(m, c, n);
+      Backend<D>::reduce_broadcast_add(m, e1, c, e2);
+      // reductions over [outer, n, inner]
+      Backend<D>::reduce_sum(c, m, n, n, n, s);
+      Backend<D>::broadcast_add_axis(m, c, n, n, n, s);
+      Backend<D>::reduce_extremum(c, m, mi, n, n, n, b);
+      Backend<D>::reduce_variance(c, m, n, n, n, n);
+      Backend<D>::variance_backward(c, c, m, n, n, n, n);
+      Backend<D>::softmax(c, m, n, n, n, b);
+      Backend<D>::softmax_backward(c, c, m, n, n, n, b);
+      Backend<D>::logsumexp(c, m, n, n, n);
+      Backend<D>::logsumexp_backward(c, c, c, m, n, n, n);
+      Backend<D>::scatter_add_axis(m, c, ci, n, n, n, n);
+      // indexing
+      Backend<D>::gather_axis(c, ci, m, n, n, n, n);
+      Backend<D>::copy_blocks(m, n, c, n, n, n, b);
+      Backend<D>::permute(c, m, e2, p2, b);
+      Backend<D>::topk(c, m, mi, n, n, n);
+      // LayerNorm rows (grouped affine)
+      Backend<D>::layer_norm(c, m, m, c, c, n, n, n, s);
+      Backend<D>::layer_norm_backward(c, c, c, c, m, m, m, n, n, n);
+      // GEMM
+      Backend<D>::gemm(b, b, n, n, n, s, c, n, c, n, s, m, n);
+      Backend<D>::gemm_bias(b, b, n, n, n, s, c, n, c, n, c, m, n);
+      Backend<D>::gemm_batched(n, b, b, n, n, n, s, c, n, n, c, n, n, s, m, n, n);
+    };
+
+/// Option: fused multi-head attention over a packed qkv [B, T, 3 H hd] (`qkv_attention_forward(qkv, B,
+/// T, H, hd, scale, probs, out)` keeping the softmax probabilities for `qkv_attention_backward(g, qkv,
+/// probs, B, T, H, hd, scale, beta, dqkv)`). Backends without it get ops/attention.hpp's composition of
+/// batched GEMMs and a softmax, with the same results.
+template <class D, class T>
+concept FusedAttentionBackend = requires(const T* c, T* m, index_t n, T s) {
+  Backend<D>::qkv_attention_forward(c, n, n, n, n, s, m, m);
+  Backend<D>::qkv_attention_backward(c, c, c, n, n, n, n, s, s, m);
+};
+
+/// Option: a GEMM that finishes its output with a GemmEpilogue (bias, residual, activation Act or its
+/// VJP as it stores; `gemm_epilogue<Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc, ep)`, Act =
+/// void for none). Backends without it get ops/linear.hpp's composition of separate ops.
+template <class D, class T>
+concept GemmEpilogueBackend = requires(const T* c, T* m, index_t n, T s, const GemmEpilogue<T>& ep) {
+  Backend<D>::template gemm_epilogue<void>(false, false, n, n, n, s, c, n, c, n, m, n, ep);
+};
+
 }  // namespace ttmoe

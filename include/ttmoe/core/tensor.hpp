@@ -12,9 +12,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "ttmoe/autograd/tape.hpp"
-#include "ttmoe/backend/backend.hpp"
+#include "ttmoe/core/backend_decl.hpp"
 #include "ttmoe/core/broadcast.hpp"
+#include "ttmoe/core/grad_meta.hpp"
+#include "ttmoe/core/recording.hpp"
 #include "ttmoe/core/shape.hpp"
 #include "ttmoe/core/storage.hpp"
 
@@ -240,7 +241,7 @@ Tensor<T, S, D> Tensor<T, S, D>::clone() const {
   if (should_record(*this)) {
     auto self = meta_;
     const index_t n = numel();
-    autograd::current_tape()->push("clone", out.make_output_meta(), [self, n](const T* g) {
+    autograd::active_recorder()->push("clone", out.make_output_meta(), [self, n](const T* g) {
       Backend<D>::add_inplace(self->accumulate_target(), g, n);
     });
   }
@@ -263,7 +264,7 @@ auto Tensor<T, S, D>::slice(index_t begin, index_t end) const {
   if (should_record(*this)) {
     auto self = meta_;
     const index_t offset = begin * row, n = out.numel();
-    autograd::current_tape()->push("slice", out.make_output_meta(), [self, offset, n](const T* g) {
+    autograd::active_recorder()->push("slice", out.make_output_meta(), [self, offset, n](const T* g) {
       auto t = self->target();
       if (t.fresh) {  // first gradient: copy the slice's part, zero the rest (one pass, not two)
         D::template fill_zero<T>(t.data, offset);
@@ -294,7 +295,7 @@ Tensor<T, S2, D> Tensor<T, S, D>::reshape(const S2& shape) const {
     const index_t n = numel();
     auto om = out.make_output_meta();
     // A reshape's gradient is its output's gradient, handed on without a copy where possible.
-    autograd::current_tape()->push("reshape", om, [self, o = om.get(), n](const T* g) {
+    autograd::active_recorder()->push("reshape", om, [self, o = om.get(), n](const T* g) {
       pass_gradient(*self, *o, g, n);
     });
   }

@@ -243,7 +243,7 @@ Tensor<typename E::value_type, S, typename E::device_type> materialize(const E& 
   Tensor<T, S, D> out(S::from_extents(ext, "assign expression"));
   Backend<D>::evaluate(e.kernel(ext), out.data(), ext);
   if (autograd::is_recording() && e.requires_grad()) {
-    autograd::current_tape()->push("fused_elementwise", out.make_output_meta(), [e = e.for_backward(false), ext](const T* g) {
+    autograd::active_recorder()->push("fused_elementwise", out.make_output_meta(), [e = e.for_backward(false), ext](const T* g) {
       expr::BackwardPlan<T, D> plan;
       auto k = e.template backward_kernel<R, D>(ext, true, plan);
       Backend<D>::evaluate_backward(k, g, ext);

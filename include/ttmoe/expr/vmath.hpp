@@ -45,7 +45,7 @@ TTMOE_HD inline double select(double m, double a, double b) { return m != 0.0 ? 
 }  // namespace ttmoe::vm
 
 #if !defined(__CUDACC__)
-#include "ttmoe/backend/cpu/simd_math.hpp"
+#include "ttmoe/simd/math.hpp"
 #endif
 
 namespace ttmoe::vm {

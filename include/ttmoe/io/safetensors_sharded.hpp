@@ -1,7 +1,7 @@
 #pragma once
 // A Hugging Face sharded checkpoint (`model.safetensors.index.json` + the shard files it names) seen
 // as one tensor source with SafetensorsFile's lookup interface (contains / info / names / read_as),
-// so checkpoint.hpp's load_state reads it unchanged. Every shard is memory-mapped and validated on
+// so nn/checkpoint.hpp's load_state reads it unchanged. Every shard is memory-mapped and validated on
 // open; an index naming a missing shard, or a tensor its shard does not hold, is a SafetensorsError
 // naming the file.
 

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "ttmoe/io/checkpoint.hpp"
+#include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/models/gmoe.hpp"
 
 namespace ttmoe::models {

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "ttmoe/io/checkpoint.hpp"
+#include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/models/llama.hpp"
 
 namespace ttmoe::models {

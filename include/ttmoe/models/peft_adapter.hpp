@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ttmoe/io/checkpoint.hpp"
+#include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/moe/lora.hpp"
 
 namespace ttmoe::models {

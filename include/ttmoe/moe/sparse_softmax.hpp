@@ -14,6 +14,7 @@
 #include <numeric>
 #include <vector>
 
+#include "ttmoe/ops/indexing.hpp"
 #include "ttmoe/ops/matmul.hpp"
 #include "ttmoe/ops/reduce.hpp"
 

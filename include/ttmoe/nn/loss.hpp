@@ -3,7 +3,7 @@
 // softmax entropy used by TENT-style test-time adaptation. Both go through log_softmax, which is
 // stable for large logits.
 
-#include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
+#include "ttmoe/expr/expr.hpp"
 #include "ttmoe/ops/indexing.hpp"
 #include "ttmoe/ops/reduce.hpp"
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
+#include "ttmoe/expr/expr.hpp"
 #include "ttmoe/nn/init.hpp"
 #include "ttmoe/ops/indexing.hpp"
 #include "ttmoe/ops/matmul.hpp"

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
+#include "ttmoe/expr/expr.hpp"
 #include "ttmoe/ops/indexing.hpp"  // IndexTensor
 #include "ttmoe/ops/matmul.hpp"
 

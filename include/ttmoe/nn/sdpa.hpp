@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
+#include "ttmoe/expr/expr.hpp"
 #include "ttmoe/ops/matmul.hpp"
 #include "ttmoe/ops/reduce.hpp"
 

@@ -12,20 +12,11 @@
 
 #include <string>
 
-#include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
+#include "ttmoe/backend/backend.hpp"
+#include "ttmoe/expr/expr.hpp"
 #include "ttmoe/ops/record.hpp"
 
 namespace ttmoe {
-
-namespace detail {
-/// True when device D's backend has its own fused-qkv attention kernels (the CPU's run head by head,
-/// backend/cpu/attention.hpp); other backends get the composition of batched GEMMs and softmax below.
-template <class D, class T>
-concept has_attention_kernels = requires(const T* c, T* m, index_t n, T s) {
-  Backend<D>::qkv_attention_forward(c, n, n, n, n, s, m, m);
-  Backend<D>::qkv_attention_backward(c, c, c, n, n, n, n, s, s, m);
-};
-}  // namespace detail
 
 /// softmax(q k^T * scale) v for each of `heads` heads of qkv [B, T, 3D] -> [B, T, D].
 template <class T, ShapeType S, class D>
@@ -39,7 +30,7 @@ Tensor<T, DynShape<3>, D> fused_qkv_attention(const Tensor<T, S, D>& qkv, index_
   Tensor<T, DynShape<3>, D> out(DynShape<3>(B, Tn, Dm));
   Tensor<T, DynShape<4>, D> probs(DynShape<4>(B, H, Tn, Tn));
   const T* q = qkv.data();
-  if constexpr (detail::has_attention_kernels<D, T>) {
+  if constexpr (FusedAttentionBackend<D, T>) {
     Backend<D>::qkv_attention_forward(q, B, Tn, H, hd, scale, probs.data(), out.data());
   } else {
     // Sample by sample: one sample's scores (H x T x T) stay in cache from the GEMM that writes them,
@@ -59,7 +50,7 @@ Tensor<T, DynShape<3>, D> fused_qkv_attention(const Tensor<T, S, D>& qkv, index_
     record("fused_qkv_attention", out, [=](const T* g) {
       auto t = mq->target();
       const T beta = t.fresh ? T(0) : T(1);  // q, k, v thirds are each written exactly once
-      if constexpr (detail::has_attention_kernels<D, T>) {
+      if constexpr (FusedAttentionBackend<D, T>) {
         Backend<D>::qkv_attention_backward(g, saved.data(), probs.data(), B, Tn, H, hd, scale, beta, t.data);
       } else {
         // Per-sample scratch for dP and dS (reused, cache-resident).

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
+#include "ttmoe/expr/expr.hpp"
 #include "ttmoe/ops/record.hpp"
 
 namespace ttmoe {

@@ -10,20 +10,13 @@
 
 #include <array>
 
-#include "ttmoe/backend/gemm_epilogue.hpp"
-#include "ttmoe/expr/expr.hpp"  // ops/*.hpp rely on the expression machinery being declared first
+#include "ttmoe/backend/backend.hpp"  // GemmEpilogueBackend, GemmEpilogue
+#include "ttmoe/expr/expr.hpp"
 #include "ttmoe/ops/matmul.hpp"
 
 namespace ttmoe {
 
 namespace detail {
-/// True when device D's backend finishes GEMMs with an epilogue (the CPU's does); other backends get
-/// the same results composed from separate ops.
-template <class D, class T>
-concept has_gemm_epilogue = requires(const T* c, T* m, index_t n, T s, const GemmEpilogue<T>& ep) {
-  Backend<D>::template gemm_epilogue<void>(false, false, n, n, n, s, c, n, c, n, m, n, ep);
-};
-
 /// The VJP of out [M, N] = x [M, K] W^T + b for the inputs whose gradient metadata is non-null:
 /// dx += g W (reads w), dW += g^T x (reads x), db += column sums of g.
 template <class T, class D>
@@ -110,7 +103,7 @@ Tensor<T, DynShape<S::rank>, D> linear(const Tensor<T, S, D>& x, const Tensor<T,
   const auto [M, N, K] = detail::linear_extents(x, w, b, "linear (with residual)");
   const auto shape = detail::with_last_extent(x, N, "linear (with residual)");
   detail::check_residual(r, shape, "linear (with residual)");
-  if constexpr (!detail::has_gemm_epilogue<D, T>) {
+  if constexpr (!GemmEpilogueBackend<D, T>) {
     return Tensor<T, DynShape<S::rank>, D>(linear(x, w, b) + r);
   } else {
     Tensor<T, DynShape<S::rank>, D> out(shape);

@@ -38,7 +38,7 @@ Tensor<T, DynShape<S::rank>, D> fused_mlp(const Tensor<T, S, D>& x, const Tensor
   const index_t N = w2.extent(0);
   const auto shape = detail::with_last_extent(x, N, op);
   detail::check_residual(r, shape, op);
-  if constexpr (!detail::has_gemm_epilogue<D, T>) {
+  if constexpr (!GemmEpilogueBackend<D, T>) {
     Tensor<T, DynShape<S::rank>, D> hidden = expr::make_expr<Act>(linear(x, w1, b1));
     return Tensor<T, DynShape<S::rank>, D>(linear(hidden, w2, b2) + r);
   } else {

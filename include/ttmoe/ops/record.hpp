@@ -2,7 +2,7 @@
 // The one way an op records itself: `record(name, out, vjp)` gives `out` fresh gradient metadata and
 // pushes the VJP closure onto the active tape. The closure captures exactly what its VJP reads.
 
-#include "ttmoe/backend/cpu/backend.hpp"
+#include "ttmoe/core/recording.hpp"
 #include "ttmoe/core/tensor.hpp"
 
 namespace ttmoe {
@@ -10,7 +10,7 @@ namespace ttmoe {
 /// Pushes `vjp(const T* grad_out)` for output `out` onto the active tape.
 template <class T, class S, class D, class F>
 void record(const char* name, Tensor<T, S, D>& out, F&& vjp) {
-  autograd::current_tape()->push(name, out.make_output_meta(), std::forward<F>(vjp));
+  autograd::active_recorder()->push(name, out.make_output_meta(), std::forward<F>(vjp));
 }
 
 /// Like record, for a VJP that hands its output gradient on (pass_gradient, core/tensor.hpp):
@@ -19,7 +19,7 @@ template <class T, class S, class D, class F>
 void record_with_output(const char* name, Tensor<T, S, D>& out, F&& vjp) {
   auto om = out.make_output_meta();
   // The node owns `om`, so the raw pointer lives as long as the closure.
-  autograd::current_tape()->push(name, om, [o = om.get(), f = std::forward<F>(vjp)](const T* g) { f(g, *o); });
+  autograd::active_recorder()->push(name, om, [o = om.get(), f = std::forward<F>(vjp)](const T* g) { f(g, *o); });
 }
 
 /// Normalises a possibly negative axis for rank R at compile time.

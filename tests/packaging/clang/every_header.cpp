@@ -4,7 +4,7 @@
 // routers and experts. Exits non-zero on a mismatch.
 #include <ttmoe/ttmoe.hpp>
 #include <ttmoe/io/augment.hpp>
-#include <ttmoe/io/checkpoint.hpp>
+#include <ttmoe/nn/checkpoint.hpp>
 #include <ttmoe/io/corruptions.hpp>
 #include <ttmoe/io/datasets.hpp>
 #include <ttmoe/io/domainbed.hpp>

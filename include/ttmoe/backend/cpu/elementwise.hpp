@@ -5,7 +5,7 @@
 
 #include <array>
 
-#include "ttmoe/backend/cpu/simd_math.hpp"
+#include "ttmoe/simd/math.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 #include "ttmoe/core/broadcast.hpp"
 #include "ttmoe/expr/kernel.hpp"

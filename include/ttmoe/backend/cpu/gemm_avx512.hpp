@@ -25,7 +25,7 @@
 #include <type_traits>
 
 #include "ttmoe/backend/cpu/gemm_epilogue.hpp"
-#include "ttmoe/backend/cpu/simd_math.hpp"
+#include "ttmoe/simd/math.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 #include "ttmoe/core/device.hpp"
 

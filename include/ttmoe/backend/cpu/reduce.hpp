@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "ttmoe/backend/cpu/simd_math.hpp"  // vm:: on xsimd batches
+#include "ttmoe/simd/math.hpp"  // vm:: on xsimd batches
 #include "ttmoe/expr/vmath.hpp"              // vm:: on scalars (max with NaN propagation)
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 

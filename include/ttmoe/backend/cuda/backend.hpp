@@ -161,4 +161,6 @@ struct Backend<cuda> : cuda_backend::ThrustBackend<cuda> {
   }
 };
 
+static_assert(BackendFor<cuda, float> && BackendFor<cuda, double>, "ttmoe: Backend<cuda> misses a required kernel");
+
 }  // namespace ttmoe

@@ -5,7 +5,7 @@
 // uses ThrustBackend's generic per-element loop (cuBLAS exists only in the real CUDA build).
 // thrust_omp.hpp adds the same device over thrust's OpenMP system, where the kernels run in parallel.
 //
-// Include after (or instead of) <ttmoe/ttmoe.hpp>; needs -I for CCCL (<cuda>/include/cccl).
+// Needs -I for CCCL (<cuda>/include/cccl).
 
 #include <cstdlib>
 
@@ -86,5 +86,7 @@ struct Backend<basic_thrust_host<System>> : cuda_backend::ThrustBackend<basic_th
 /// The CUDA backend's thrust logic, run sequentially on the host.
 using thrust_host = basic_thrust_host<cuda_backend::CppSystem>;
 static_assert(Device<thrust_host>);
+static_assert(BackendFor<thrust_host, float> && BackendFor<thrust_host, double>,
+              "ttmoe: Backend<thrust_host> misses a required kernel");
 
 }  // namespace ttmoe

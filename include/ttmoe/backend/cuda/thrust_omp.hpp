@@ -2,7 +2,7 @@
 // thrust_omp: the thrust_host device over thrust's OpenMP system, so the CUDA backend's kernels run
 // in parallel on the host: a kernel whose threads race (two writing one element, a read of another
 // thread's output) can give wrong results here, which thrust_host's sequential run never shows.
-// Compile with -fopenmp; include after <ttmoe/backend/cuda/thrust_host.hpp>'s requirements.
+// Compile with -fopenmp; needs -I for CCCL like thrust_host.hpp.
 
 #include <thrust/system/omp/execution_policy.h>
 
@@ -24,5 +24,7 @@ struct OmpSystem {
 /// The CUDA backend's thrust logic, run in parallel on the host by OpenMP.
 using thrust_omp = basic_thrust_host<cuda_backend::OmpSystem>;
 static_assert(Device<thrust_omp>);
+static_assert(BackendFor<thrust_omp, float> && BackendFor<thrust_omp, double>,
+              "ttmoe: Backend<thrust_omp> misses a required kernel");
 
 }  // namespace ttmoe

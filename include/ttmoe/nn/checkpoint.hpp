@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ttmoe/autograd/tape.hpp"
+#include "ttmoe/core/recording.hpp"
 #include "ttmoe/io/checkpoint_names.hpp"
 #include "ttmoe/io/safetensors.hpp"
 #include "ttmoe/io/safetensors_sharded.hpp"
