@@ -30,6 +30,7 @@
 
 #include "ttmoe/models/llm.hpp"
 #include "ttmoe/text.hpp"
+#include "ttmoe/ttmoe.hpp"  // the CPU backend the model runs on
 #include "train.hpp"
 
 namespace {

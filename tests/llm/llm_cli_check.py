@@ -81,6 +81,22 @@ def run(exe, *args):
     return p.returncode, p.stdout, p.stderr
 
 
+def check_perplexity(exe, model, tok, model_dir, text_file, text, prefix, what):
+    """`llm perplexity` on text_file scores the tokens after the first `prefix` as transformers does."""
+    ids = torch.tensor([tok.encode(text).ids])
+    labels = ids.clone()
+    labels[0, :prefix] = -100
+    with torch.no_grad():
+        loss = model(input_ids=ids, labels=labels).loss.item()
+    rc, out, err = run(exe, "perplexity", "--model", model_dir, "--file", text_file, "--prefix-tokens", str(prefix))
+    got = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    nll = float(got.get("nll", "nan"))
+    expect(rc == 0 and abs(nll - loss) <= 1e-4 * abs(loss) and int(got.get("tokens", -1)) == ids.shape[1] and
+           int(got.get("scored", -1)) == ids.shape[1] - prefix and
+           abs(float(got.get("perplexity", "nan")) - math.exp(loss)) <= 1e-4 * math.exp(loss),
+           f"{what}: ttmoe nll {nll} (rc {rc}, {err.strip()}) == transformers {loss} on {ids.shape[1]} tokens")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--exe", required=True)
@@ -114,17 +130,7 @@ def main():
     expect(rc == 0 and out == want + "\n", f"generate: {out!r} (rc {rc}, {err.strip()}) == transformers {want!r}")
 
     # Perplexity, loss on the tokens after the first 5.
-    ids = torch.tensor([tok.encode(PARAGRAPH).ids])
-    labels = ids.clone()
-    labels[0, :5] = -100
-    with torch.no_grad():
-        loss = model(input_ids=ids, labels=labels).loss.item()
-    rc, out, err = run(args.exe, "perplexity", "--model", model_dir, "--file", text_file, "--prefix-tokens", "5")
-    got = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
-    nll = float(got.get("nll", "nan"))
-    expect(rc == 0 and abs(nll - loss) <= 1e-4 * abs(loss) and int(got["scored"]) == ids.shape[1] - 5 and
-           abs(float(got["perplexity"]) - math.exp(loss)) <= 1e-4 * math.exp(loss),
-           f"perplexity: nll {nll} (rc {rc}, {err.strip()}) == transformers {loss}")
+    check_perplexity(args.exe, model, tok, model_dir, text_file, PARAGRAPH, 5, "perplexity")
 
     # A PEFT adapter at scale 0.5, merged and unmerged.
     lcfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
@@ -178,17 +184,8 @@ def main():
         sample = os.path.join(args.out, "sample.txt")
         with open(sample, "w", encoding="utf-8") as f:
             f.write(gpl[30000:30120])
-        ids = torch.tensor([ttok.encode(gpl[30000:30120]).ids])
-        assert ids.shape[1] <= 64, f"the sample needs {ids.shape[1]} tokens, more than the context"
-        labels = ids.clone()
-        labels[0, :3] = -100
-        with torch.no_grad():
-            loss = tm(input_ids=ids, labels=labels).loss.item()
-        rc, out, err = run(args.exe, "perplexity", "--model", trained, "--file", sample, "--prefix-tokens", "3")
-        got = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
-        nll = float(got.get("nll", "nan"))
-        expect(rc == 0 and abs(nll - loss) <= 1e-4 * abs(loss) and int(got["tokens"]) == ids.shape[1],
-               f"trained folder: ttmoe nll {nll} == transformers {loss} on {ids.shape[1]} tokens ({err.strip()})")
+        assert len(ttok.encode(gpl[30000:30120]).ids) <= 64, "the sample needs more tokens than the context"
+        check_perplexity(args.exe, tm, ttok, trained, sample, gpl[30000:30120], 3, "trained folder")
         want = greedy_text(tm, ttok, "This License")
         rc, out, err = run(args.exe, "generate", "--model", trained, "--prompt", "This License",
                            "--max-new-tokens", str(NEW_TOKENS))

@@ -13,6 +13,7 @@
 #include "model_fixture.hpp"
 #include "ttmoe/models/gmoe_checkpoint.hpp"
 #include "ttmoe/nn/loss.hpp"
+#include "ttmoe/ttmoe.hpp"
 
 using namespace ttmoe;
 using ttmoe::test::normwise_rel_error;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ttmoe/models/gmoe_checkpoint.hpp"
+#include "ttmoe/ttmoe.hpp"
 
 using namespace ttmoe;
 
