@@ -1,6 +1,6 @@
 #pragma once
 // The model `llm generate` / `llm perplexity` use when no --model is given: the small Llama that
-// `llm train` makes, with its default options, on Debian's /usr/share/common-licenses (about 237 KB
+// `llm train` makes (its default size, 600 steps) on Debian's /usr/share/common-licenses (about 237 KB
 // of English licence text from base-files, which every Debian system has). It is trained on first use
 // and cached as a Hugging Face folder under the examples' cache folder (--cache, $TTMOE_CACHE_DIR or
 // ~/.cache/ttmoe). Training writes into a folder of its own that is renamed into place when complete,
@@ -21,10 +21,13 @@ namespace llm_example {
 /// The default model's training corpus (Debian base-files).
 inline constexpr const char* kDefaultCorpus = "/usr/share/common-licenses";
 
-/// The default model's recipe: `llm train`'s defaults on kDefaultCorpus.
+/// The default model's recipe: `llm train`'s defaults on kDefaultCorpus, with 600 steps instead of
+/// 300: validation loss 4.83 at 300 steps, 4.45 at 600, 4.42 at 800 (where the training loss, 1.3,
+/// shows it memorising the 69k tokens). 600 steps took 84 s on a shared 2-core AMD EPYC (AVX2).
 inline TrainOptions default_model_recipe() {
   TrainOptions o;
   o.corpus = kDefaultCorpus;
+  o.steps = 600;
   return o;
 }
 
@@ -51,7 +54,7 @@ inline std::filesystem::path ensure_default_model(const std::optional<std::strin
     throw ttmoe::ValueError(o.corpus + ": the default model's training corpus is missing (Debian package base-files); "
                             "give a model with --model DIR");
   const fs::path tmp = target.string() + ".partial-" + std::to_string(std::random_device{}());
-  std::fprintf(stderr, "llm: no default model in %s yet: training it on %s (about a minute or two)\n", target.c_str(),
+  std::fprintf(stderr, "llm: no default model in %s yet: training it on %s (a minute or two)\n", target.c_str(),
                o.corpus.c_str());
   o.out = tmp.string();
   try {

@@ -14,8 +14,8 @@
 //       a small Llama from scratch on a text file (or a folder of them) with a byte-level BPE
 //       trained on it first (train.hpp); writes a Hugging Face folder and prints the losses.
 //
-// Without --model, generate and perplexity use the default model (default_model.hpp): `llm train`'s
-// defaults on Debian's /usr/share/common-licenses, trained on first use and cached under --cache DIR,
+// Without --model, generate and perplexity use the default model (default_model.hpp): `llm train`
+// (600 steps) on Debian's /usr/share/common-licenses, trained on first use and cached under --cache DIR,
 // $TTMOE_CACHE_DIR or ~/.cache/ttmoe.
 //
 // Every failure (a missing folder, a bad config, weights or adapter that do not fit, a prompt
@@ -180,8 +180,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Llama-family language models from Hugging Face folders, with PEFT LoRA adapters.\n"
       "Without --model, generate and perplexity use a small default model: `llm train` with its\n"
-      "default options on Debian's " + std::string(llm_example::kDefaultCorpus) + " (base-files),\n"
-      "trained on first use (a minute or two) and cached as\n"
+      "default sizes and --steps " + std::to_string(llm_example::default_model_recipe().steps) + " on Debian's " +
+      std::string(llm_example::kDefaultCorpus) + " (base-files),\n"
+      "trained on first use (a minute or two on 2 cores) and cached as\n"
       "  <cache>/" + llm_example::default_model_folder() + "\n"
       "where <cache> is --cache DIR, else $TTMOE_CACHE_DIR, else ~/.cache/ttmoe."};
   app.require_subcommand(1);
