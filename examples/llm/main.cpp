@@ -1,11 +1,11 @@
 // llm: a Llama-family causal LM from a Hugging Face folder (config.json, model.safetensors or its
 // sharded index, tokenizer.json or tokenizer.model), with PEFT LoRA adapters on top.
 //
-//   llm generate --model DIR --prompt TEXT [--lora DIR[:SCALE] ...] [--lora-mode merged|unmerged]
+//   llm generate [--model DIR] --prompt TEXT [--lora DIR[:SCALE] ...] [--lora-mode merged|unmerged]
 //                [--max-new-tokens N --temperature T --top-p P --top-k K --seed S]
 //       streams the continuation of TEXT to stdout as it is generated (greedy unless --temperature
 //       is above 0); a summary line (tokens, tokens/s) goes to stderr.
-//   llm perplexity --model DIR --file F [--prefix-tokens N] [--lora ...]
+//   llm perplexity [--model DIR] --file F [--prefix-tokens N] [--lora ...]
 //       the mean negative log-likelihood and perplexity of F's tokens after the first N (loss on
 //       the continuation only, as the TTMM evaluation does); N counts the BOS token if the
 //       tokenizer adds one, and defaults to 1 (every token but the first is scored).
@@ -13,6 +13,10 @@
 //             --intermediate I --context T --steps S --batch B --lr LR --seed S]
 //       a small Llama from scratch on a text file (or a folder of them) with a byte-level BPE
 //       trained on it first (train.hpp); writes a Hugging Face folder and prints the losses.
+//
+// Without --model, generate and perplexity use the default model (default_model.hpp): `llm train`
+// (600 steps) on Debian's /usr/share/common-licenses, trained on first use and cached under --cache DIR,
+// $TTMOE_CACHE_DIR or ~/.cache/ttmoe.
 //
 // Every failure (a missing folder, a bad config, weights or adapter that do not fit, a prompt
 // longer than the context) is one "llm: error: ..." line on stderr and exit status 1.
@@ -22,15 +26,17 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "ttmoe/ttmoe.hpp"  // the CPU backend the model runs on
 #include "ttmoe/models/llm.hpp"
 #include "ttmoe/text.hpp"
-#include "ttmoe/ttmoe.hpp"  // the CPU backend the model runs on
+#include "default_model.hpp"
 #include "train.hpp"
 
 namespace {
@@ -67,13 +73,33 @@ struct Loaded {
   std::unique_ptr<models::AttachedAdapters<float>> attached;
 };
 
-std::unique_ptr<Loaded> load(const std::string& dir, const LoraArgs& lora) {
+/// Which model folder to load: --model, or the cached default model.
+struct ModelChoice {
+  std::optional<std::string> model;  ///< --model
+  std::optional<std::string> cache;  ///< --cache (where the default model lives)
+};
+
+/// The model folder to load and whether it is the cached default (trained here if not there yet).
+std::pair<std::string, bool> resolve(const ModelChoice& c) {
+  if (c.model) return {*c.model, false};
+  return {llm_example::ensure_default_model(c.cache).string(), true};
+}
+
+std::unique_ptr<Loaded> load(const ModelChoice& choice, const LoraArgs& lora) {
+  const auto [dir, is_default] = resolve(choice);
   auto l = std::make_unique<Loaded>();
-  l->model = models::load_llama<float>(dir);
-  l->tokenizer = text::load_tokenizer(dir);
-  if (l->tokenizer->vocab_size() > std::size_t(l->model.config.vocab_size))
-    throw ValueError(dir + ": the tokenizer has " + std::to_string(l->tokenizer->vocab_size()) +
-                     " tokens but the model's vocab_size is " + std::to_string(l->model.config.vocab_size));
+  try {
+    l->model = models::load_llama<float>(dir);
+    l->tokenizer = text::load_tokenizer(dir);
+    if (l->tokenizer->vocab_size() > std::size_t(l->model.config.vocab_size))
+      throw ValueError(dir + ": the tokenizer has " + std::to_string(l->tokenizer->vocab_size()) +
+                       " tokens but the model's vocab_size is " + std::to_string(l->model.config.vocab_size));
+  } catch (const std::exception& e) {
+    if (!is_default) throw;
+    // Not the user's folder: say that it is the cache, and how to get a fresh one.
+    throw ValueError("the cached default model " + dir + " cannot be loaded (" + e.what() +
+                     "); delete that folder and llm trains it again");
+  }
   std::vector<models::WeightedAdapter<float>> use;
   for (const auto& spec : lora.specs) {
     const auto [path, scale] = parse_lora_spec(spec);
@@ -112,8 +138,8 @@ class TextStream {
   std::size_t printed_ = 0;
 };
 
-int run_generate(const std::string& dir, const std::string& prompt, const LoraArgs& lora, models::GenerationOptions opt) {
-  auto l = load(dir, lora);
+int run_generate(const ModelChoice& choice, const std::string& prompt, const LoraArgs& lora, models::GenerationOptions opt) {
+  auto l = load(choice, lora);
   const auto ids = to_int64(l->tokenizer->encode(prompt, true));
   if (ids.empty()) throw ValueError("the prompt encodes to no tokens");
   opt.eos_token_ids = l->model.config.eos_token_ids;
@@ -132,12 +158,12 @@ int run_generate(const std::string& dir, const std::string& prompt, const LoraAr
   return 0;
 }
 
-int run_perplexity(const std::string& dir, const std::string& file, index_t prefix, const LoraArgs& lora) {
+int run_perplexity(const ModelChoice& choice, const std::string& file, index_t prefix, const LoraArgs& lora) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw ValueError(file + ": cannot open the text file");
   std::stringstream buf;
   buf << in.rdbuf();
-  auto l = load(dir, lora);
+  auto l = load(choice, lora);
   const auto ids = to_int64(l->tokenizer->encode(buf.str(), true));
   if (index_t(ids.size()) <= prefix)
     throw ValueError(file + ": " + std::to_string(ids.size()) + " tokens leave nothing to score after --prefix-tokens " +
@@ -151,17 +177,27 @@ int run_perplexity(const std::string& dir, const std::string& file, index_t pref
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Llama-family language models from Hugging Face folders, with PEFT LoRA adapters"};
+  CLI::App app{
+      "Llama-family language models from Hugging Face folders, with PEFT LoRA adapters.\n"
+      "Without --model, generate and perplexity use a small default model: `llm train` with its\n"
+      "default sizes and --steps " + std::to_string(llm_example::default_model_recipe().steps) + " on Debian's " +
+      std::string(llm_example::kDefaultCorpus) + " (base-files),\n"
+      "trained on first use (a minute or two on 2 cores) and cached as\n"
+      "  <cache>/" + llm_example::default_model_folder() + "\n"
+      "where <cache> is --cache DIR, else $TTMOE_CACHE_DIR, else ~/.cache/ttmoe."};
   app.require_subcommand(1);
-  std::string model_dir, prompt, file;
+  ModelChoice choice;
+  std::string prompt, file;
   LoraArgs lora;
   models::GenerationOptions gen;
   gen.max_new_tokens = 64;
   index_t prefix = 1;
   auto add_common = [&](CLI::App* c) {
-    c->add_option("--model", model_dir, "Hugging Face model folder (config.json, weights, tokenizer)")
-        ->required()
+    c->add_option("--model", choice.model,
+                  "Hugging Face model folder (config.json, weights, tokenizer); default: the cached default model")
         ->check(CLI::ExistingDirectory);
+    c->add_option("--cache", choice.cache, "where the default model is cached (default $TTMOE_CACHE_DIR or ~/.cache/ttmoe)")
+        ->excludes("--model");
     c->add_option("--lora", lora.specs, "PEFT adapter folder, optionally :SCALE (repeatable; default scale 1)");
     c->add_option("--lora-mode", lora.mode, "merge the adapters into the weights, or run them beside them")
         ->check(CLI::IsMember({"merged", "unmerged"}))
@@ -196,9 +232,9 @@ int main(int argc, char** argv) {
   t->add_option("--seed", to.seed, "initialisation and sampling seed")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
-    if (g->parsed()) return run_generate(model_dir, prompt, lora, gen);
+    if (g->parsed()) return run_generate(choice, prompt, lora, gen);
     if (t->parsed()) return llm_example::run_train(to);
-    return run_perplexity(model_dir, file, prefix, lora);
+    return run_perplexity(choice, file, prefix, lora);
   } catch (const std::exception& e) {
     std::cerr << "llm: error: " << e.what() << "\n";
     return 1;

@@ -39,12 +39,15 @@ struct TrainOptions {
 };
 
 /// The corpus text: a file, or every regular file of a folder (sorted by name) joined by newlines.
+/// A file linked under several names (Debian's common-licenses: GPL -> GPL-3) is read once, so the
+/// held-out tail is not a copy of training text.
 inline std::string read_corpus(const std::filesystem::path& p) {
   std::vector<std::filesystem::path> files;
   if (std::filesystem::is_directory(p)) {
     for (const auto& e : std::filesystem::directory_iterator(p))
-      if (e.is_regular_file()) files.push_back(e.path());
+      if (e.is_regular_file()) files.push_back(std::filesystem::canonical(e.path()));
     std::sort(files.begin(), files.end());
+    files.erase(std::unique(files.begin(), files.end()), files.end());
   } else {
     files.push_back(p);
   }
@@ -86,8 +89,9 @@ inline double mean_loss(const ttmoe::models::LlamaForCausalLM<float>& m, const s
   return windows ? total / double(windows) : NAN;
 }
 
-/// Trains the tokenizer and the model and writes the folder; prints the losses on stdout.
-inline int run_train(const TrainOptions& o) {
+/// Trains the tokenizer and the model and writes the folder; prints the losses on `report` (stdout
+/// for `llm train`; stderr when training the default model, whose stdout is the generated text).
+inline int run_train(const TrainOptions& o, std::FILE* report = stdout) {
   using namespace ttmoe;
   namespace fs = std::filesystem;
   const std::string text = read_corpus(o.corpus);
@@ -179,7 +183,7 @@ inline int run_train(const TrainOptions& o) {
   }
   const double val_loss = mean_loss(m, val, T);
   models::save_llama(m, o.out);
-  std::printf("tokens: %zu train, %zu validation\nvocab: %zu\nfirst_loss: %.6f\nfinal_loss: %.6f\nval_loss: %.6f\nsaved: %s\n",
+  std::fprintf(report, "tokens: %zu train, %zu validation\nvocab: %zu\nfirst_loss: %.6f\nfinal_loss: %.6f\nval_loss: %.6f\nsaved: %s\n",
               ids.size(), val.size(), std::size_t(c.vocab_size), first, smooth, val_loss, o.out.c_str());
   return 0;
 }

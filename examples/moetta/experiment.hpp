@@ -21,6 +21,7 @@
 #include <ttmoe/io/plot_lines.hpp>
 #include <ttmoe/io/streams.hpp>
 #include <ttmoe/io/streams_loader.hpp>
+#include <ttmoe/ttmoe.hpp>  // the CPU backend the models run on
 #include <ttmoe/models/vit.hpp>
 #include <ttmoe/tta/tta.hpp>
 

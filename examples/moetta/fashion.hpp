@@ -26,6 +26,7 @@
 #include <ttmoe/nn/loss.hpp>
 #include <ttmoe/nn/optim_adam.hpp>
 
+#include "../common/cache_dir.hpp"
 #include "experiment.hpp"
 
 namespace moetta_example {
@@ -54,16 +55,7 @@ struct FashionSetup {
   }
 };
 
-/// The cache folder: --cache, else $TTMOE_CACHE_DIR, else ~/.cache/ttmoe (created if missing).
-inline std::filesystem::path cache_dir(const std::optional<std::string>& opt) {
-  std::filesystem::path d;
-  if (opt) d = *opt;
-  else if (const char* e = std::getenv("TTMOE_CACHE_DIR"); e && *e) d = e;
-  else if (const char* h = std::getenv("HOME"); h && *h) d = std::filesystem::path(h) / ".cache" / "ttmoe";
-  else d = ".ttmoe-cache";
-  std::filesystem::create_directories(d);
-  return d;
-}
+using examples_common::cache_dir;
 
 /// Gray [0,1] image n of a split.
 inline Image fashion_image(const io::FashionMnistSplit& s, std::size_t n) {
