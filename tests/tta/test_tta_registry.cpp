@@ -57,6 +57,8 @@ TEST_CASE("tta registry: entries, reference, display names, unknown keys", "[tta
   CHECK_THROWS_AS(tta::method_info("bogus"), std::invalid_argument);
   CHECK_THROWS_WITH(tta::method_info("bogus"), Catch::Contains("bogus") && Catch::Contains("moetta"));
   CHECK_THROWS_AS((tta::make_method<Toy, double>("bogus", tta::Hyper{})), std::invalid_argument);
+  // The toy has no MoE-LayerNorm conversion: a typed error naming what is missing, not a crash.
+  CHECK_THROWS_WITH((tta::make_method<Toy, double>("moetta", tta::Hyper{})), Catch::Contains("convert_to_moe_layernorm"));
 }
 
 TEST_CASE("tta registry: make_method builds what the concrete class does, bit for bit", "[tta][registry]") {

@@ -71,8 +71,19 @@ class AnyMethod {
   std::unique_ptr<Interface> impl_;
 };
 
+/// A model MoETTA can run on: it converts its LayerNorms to MoE-LayerNorms and reports their balance
+/// loss (models::VisionTransformer).
+template <class Model>
+concept MoEConvertible = requires(Model& m) {
+  m.convert_to_moe_layernorm(index_t(1), index_t(1), std::uint64_t(0));
+  m.moe_layers();
+  m.balance_loss();
+};
+
 /// Builds method `info` for model type Model with hyper-parameters `h` (only the fields the method
-/// has are read; the learning rate is given at batch 64) and context `ctx`.
+/// has are read; the learning rate is given at batch 64) and context `ctx`. Throws
+/// std::invalid_argument when the model cannot run the method (MoETTA on a model without MoE
+/// conversion).
 template <class Model, class T = float, class D = cpu>
 AnyMethod<Model, T, D> make_method(const MethodInfo& info, const Hyper& h, const MethodContext<T, D>& ctx = {}) {
   switch (info.kind) {
@@ -93,12 +104,17 @@ AnyMethod<Model, T, D> make_method(const MethodInfo& info, const Hyper& h, const
       o.lr.at_reference = h.lr, o.margin_factor = h.margin;
       return AnyMethod<Model, T, D>(SAR<Model, T, D>(o));
     }
-    case MethodKind::moetta: {
-      typename MoETTA<Model, T, D>::Options o;
-      o.router_seed = ctx.seed;
-      o.lr.at_reference = h.lr, o.margin_factor = h.margin, o.lambda = h.lambda, o.num_experts = index_t(h.experts);
-      return AnyMethod<Model, T, D>(MoETTA<Model, T, D>(o));
-    }
+    case MethodKind::moetta:
+      if constexpr (MoEConvertible<Model>) {
+        typename MoETTA<Model, T, D>::Options o;
+        o.router_seed = ctx.seed;
+        o.lr.at_reference = h.lr, o.margin_factor = h.margin, o.lambda = h.lambda, o.num_experts = index_t(h.experts);
+        return AnyMethod<Model, T, D>(MoETTA<Model, T, D>(o));
+      } else {
+        throw std::invalid_argument("tta::make_method: method '" + info.key +
+                                    "' needs a model with MoE-LayerNorm conversion (convert_to_moe_layernorm, "
+                                    "moe_layers, balance_loss), as models::VisionTransformer has");
+      }
   }
   throw std::invalid_argument("tta::make_method: method '" + info.key + "' has no factory");
 }
