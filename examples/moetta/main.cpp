@@ -151,7 +151,7 @@ inline int run_fashion(const Options& o) {
     return make_fashion_stream(test, 0, test.count, test_domains, f, o.limit, seed);
   };
   const Results res = run_all(methods, o.seeds, hyper, ckpt, fisher, o, geo, make_test,
-                              [&](const std::string& m, std::size_t si, const Model& model, const tta::Report& r) {
+                              [&](const std::string&, std::size_t si, const Model& model, const tta::Report& r) {
                                 if (si != 0) return;
                                 first_seed.push_back(r);
                                 if (!model.moe_layers().empty()) {  // the figure of a MoE method
