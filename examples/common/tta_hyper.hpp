@@ -22,33 +22,20 @@
 #include <string>
 #include <vector>
 
+#include <ttmoe/tta/registry.hpp>
+
 namespace tta_common {
 
-/// One method's hyper-parameters.
-struct Hyper {
-  double lr = 0;          ///< learning rate at batch 64 (0 for No-adapt)
-  double margin = 0.4;    ///< entropy margin factor: E0 = margin * ln C (EATA, SAR, MoETTA)
-  double lambda = 0.2;    ///< MoETTA: balance-loss weight, alpha_t = lambda * running mean entropy
-  std::int64_t experts = 9;  ///< MoETTA: experts per MoE-LayerNorm
-  /// EATA: redundancy margin on |cos(p, m)| (0.05 in the paper, for 1000 classes). With few classes
-  /// every confident prediction has |cos| near 1/sqrt(C) against the running mean prediction (0.32
-  /// for C = 10), so 0.05 filters out every sample after the first batch: it must be re-chosen.
-  double d_margin = 0.05;
-  bool operator==(const Hyper&) const = default;
-};
+/// One method's hyper-parameters (the library's, shared with tta::make_method).
+using Hyper = ttmoe::tta::Hyper;
 
-/// Hyper-parameters by method key ("noadapt", "tent", "eata", "sar", "moetta").
+/// Hyper-parameters by method key (a tta::method_registry() key).
 using HyperSet = std::map<std::string, Hyper>;
 
-/// The papers' settings (IMPLEMENTATION_FACTS.md): Tent 5e-4, EATA 6e-4, SAR 5e-4, MoETTA 1e-3 at
-/// batch 64; margin 0.4; MoETTA lambda 0.2 and 9 experts.
+/// The papers' settings of every registered method (tta::MethodInfo::paper).
 inline HyperSet paper_defaults() {
   HyperSet h;
-  h["noadapt"] = {};
-  h["tent"] = {5e-4};
-  h["eata"] = {6e-4};
-  h["sar"] = {5e-4};
-  h["moetta"] = {1e-3};
+  for (const auto& m : ttmoe::tta::method_registry()) h[m.key] = m.paper;
   return h;
 }
 
@@ -74,13 +61,12 @@ struct Trial {
 inline HyperSet search(const std::vector<std::string>& methods, const SearchGrid& grid,
                        const std::function<double(const std::string&, const Hyper&)>& evaluate,
                        std::vector<Trial>& trials) {
-  const HyperSet defaults = paper_defaults();
   HyperSet chosen;
   for (const auto& m : methods) {
-    auto it = defaults.find(m);
-    if (it == defaults.end()) throw std::invalid_argument("tta_common::search: unknown method '" + m + "'");
-    Hyper best = it->second;
-    if (m == "noadapt") {
+    const ttmoe::tta::MethodInfo* info = ttmoe::tta::find_method(m);
+    if (!info) throw std::invalid_argument("tta_common::search: unknown method '" + m + "'");
+    Hyper best = info->paper;
+    if (!info->adapts) {
       trials.push_back({m, best, evaluate(m, best)});
       chosen[m] = best;
       continue;
@@ -96,26 +82,26 @@ inline HyperSet search(const std::vector<std::string>& methods, const SearchGrid
     // EATA: rate and redundancy margin jointly. While the margin filters out every sample no rate
     // matters, and at the paper's rate no margin does, so one coordinate at a time cannot find them.
     const double lr0 = best.lr;
-    const std::vector<double> d_margins = m == "eata" ? grid.d_margins : std::vector<double>{best.d_margin};
+    const std::vector<double> d_margins = info->has.d_margin ? grid.d_margins : std::vector<double>{best.d_margin};
     for (double d : d_margins)
       for (double k : grid.lr_multipliers) {
-        Hyper h = it->second;
+        Hyper h = info->paper;
         h.lr = lr0 * k, h.d_margin = d;
         consider(h);
       }
-    if (m == "moetta") {
+    if (info->has.lambda)
       for (double l : grid.lambdas) {
         Hyper h = best;
         h.lambda = l;
         consider(h);
       }
+    if (info->has.experts)
       for (auto e : grid.experts) {
         Hyper h = best;
         h.experts = e;
         consider(h);
       }
-    }
-    if (m != "tent" && grid.margins.size() > 1)
+    if (info->has.margin && grid.margins.size() > 1)
       for (double g : grid.margins) {
         Hyper h = best;
         h.margin = g;

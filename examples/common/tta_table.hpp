@@ -12,18 +12,12 @@
 #include <vector>
 
 #include <ttmoe/tta/metrics.hpp>
+#include <ttmoe/tta/registry.hpp>
 
 namespace tta_common {
 
-/// Table name of a method key.
-inline std::string display_name(const std::string& m) {
-  if (m == "noadapt") return "No-adapt";
-  if (m == "tent") return "Tent";
-  if (m == "eata") return "EATA";
-  if (m == "sar") return "SAR";
-  if (m == "moetta") return "MoETTA";
-  return m;
-}
+/// Table name of a method key (from the registry; an unregistered key prints as itself).
+using ttmoe::tta::display_name;
 
 /// Mean and population standard deviation (ddof 0, as numpy's default) of `v`.
 struct MeanStd {
@@ -44,7 +38,8 @@ using Results = std::map<std::string, std::vector<ttmoe::tta::Report>>;
 /// The summary table: method | accuracy mean +- std over seeds | gain over No-adapt (mean +- std of
 /// the per-seed differences: seeds share the stream, so the paired std is the honest spread) |
 /// images/s | time | peak memory (the largest of the seeds' per-run peaks, MiB; see
-/// tta::Report::peak_rss_kib). Without a "noadapt" row the gain column reads n/a. When the kernel did
+/// tta::Report::peak_rss_kib). Without a row of the registry's reference method (No-adapt) the gain
+/// column reads n/a. When the kernel did
 /// not let the engine reset the peak before a run, a note under the table says the figures are
 /// cumulative over the process.
 inline std::string summary_table(const std::vector<std::string>& methods, const Results& res, std::size_t seeds) {
@@ -53,7 +48,7 @@ inline std::string summary_table(const std::vector<std::string>& methods, const 
                               "peak RSS (MiB)");
   s += "|-----------|-----------------------|-----------------------|-----------|------------|----------------|\n";
   bool cumulative = false;
-  const auto base = res.find("noadapt");
+  const auto base = res.find(ttmoe::tta::reference_method().key);
   for (const auto& m : methods) {
     std::vector<double> acc, gain, ips, sec;
     std::int64_t peak = -1;
@@ -75,6 +70,31 @@ inline std::string summary_table(const std::vector<std::string>& methods, const 
     s += "note: the peak-memory high-water mark could not be reset (/proc/self/clear_refs), so peak RSS is the\n"
          "      process's peak up to the end of each run, including the runs before it.\n";
   return s;
+}
+
+/// A leading column of paper_row: header, the row's value, width.
+struct RowLabel {
+  std::string header, value;
+  int width = 9;
+};
+
+/// A paper-style results row (Table 1 of MoETTA): the leading label columns, then one column per
+/// method holding "accuracy mean +- std" over seeds; header line and row line, each ending in '\n'.
+inline std::string paper_row(const std::vector<std::string>& methods, const Results& res,
+                             const std::vector<RowLabel>& labels) {
+  std::string head = "|", row = "|";
+  for (const auto& l : labels) {
+    head += fmt::format(" {:<{}} |", l.header, l.width);
+    row += fmt::format(" {:<{}} |", l.value, l.width);
+  }
+  for (const auto& m : methods) {
+    std::vector<double> acc;
+    for (const auto& r : res.at(m)) acc.push_back(100 * r.accuracy);
+    const auto a = mean_std(acc);
+    head += fmt::format(" {:>13} |", display_name(m));
+    row += fmt::format(" {:>13} |", fmt::format("{:.2f} +- {:.2f}", a.mean, a.std));
+  }
+  return head + "\n" + row + "\n";
 }
 
 /// Per-domain accuracy (%, mean over seeds): one row per domain, one column per method.

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <ttmoe/tta/registry.hpp>
+
 namespace moetta_example {
 
 /// Everything the example can be told.
@@ -96,9 +98,11 @@ inline std::unique_ptr<CLI::App> make_app(Options& o) {
       ->check(CLI::IsMember({"auto", "imagenet", "half"}));
   // io::parse_setting checks the value (one list of settings, in the library).
   app->add_option("--setting", o.setting, "classical | potpourri | potpourri+")->type_name("S");
-  app->add_option("--method", o.method, "all | noadapt | tent | eata | sar | moetta")
-      ->type_name("M")
-      ->check(CLI::IsMember({"all", "noadapt", "tent", "eata", "sar", "moetta"}));
+  std::vector<std::string> method_choices{"all"};
+  for (const auto& k : ttmoe::tta::method_keys()) method_choices.push_back(k);
+  std::string method_help = "all";
+  for (std::size_t i = 1; i < method_choices.size(); ++i) method_help += " | " + method_choices[i];
+  app->add_option("--method", o.method, method_help)->type_name("M")->check(CLI::IsMember(method_choices));
   app->add_option("--seeds", o.seeds, "comma-separated stream seeds")
       ->type_name("LIST")
       ->delimiter(',')
@@ -143,11 +147,13 @@ inline Options parse_args(int argc, char** argv) {
   return o;
 }
 
-/// The methods selected by --method, in table order (No-adapt always first: it is the reference row).
+/// The methods selected by --method, in table order (the registry's reference method, No-adapt,
+/// always first: it is the reference row).
 inline std::vector<std::string> selected_methods(const Options& o) {
-  if (o.method == "all") return {"noadapt", "tent", "eata", "sar", "moetta"};
-  if (o.method == "noadapt") return {"noadapt"};
-  return {"noadapt", o.method};
+  if (o.method == "all") return ttmoe::tta::method_keys();
+  const std::string& reference = ttmoe::tta::reference_method().key;
+  if (o.method == reference) return {reference};
+  return {reference, o.method};
 }
 
 }  // namespace moetta_example

@@ -1,7 +1,8 @@
 #pragma once
 // The part of the example shared by the embedded (Fashion-MNIST) and full-scale (ImageNet) runs:
-// building a method by name, running it over a stream with progress on stderr, feeding batches
-// through the background loader, aggregating seeds into tables, and the two figures.
+// running a registered method over a stream with progress on stderr, feeding batches through the
+// background loader, and the expert-similarity figure (tables and the cumulative-accuracy figure
+// come from examples/common).
 
 #include <fmt/format.h>
 
@@ -18,13 +19,13 @@
 #include <vector>
 
 #include <ttmoe/io/plot_heatmap.hpp>
-#include <ttmoe/io/plot_lines.hpp>
 #include <ttmoe/io/streams.hpp>
 #include <ttmoe/io/streams_loader.hpp>
 #include <ttmoe/ttmoe.hpp>  // the CPU backend the models run on
 #include <ttmoe/models/vit.hpp>
 #include <ttmoe/tta/tta.hpp>
 
+#include "../common/tta_figures.hpp"
 #include "../common/tta_hyper.hpp"
 #include "../common/tta_table.hpp"
 
@@ -35,6 +36,7 @@ using tta_common::domain_table;
 using tta_common::Hyper;
 using tta_common::HyperSet;
 using tta_common::mean_std;
+using tta_common::save_cumulative_accuracy;
 using tta_common::Results;
 using tta_common::summary_table;
 
@@ -71,9 +73,9 @@ inline tta::BatchSource<float> loader_source(const io::Stream& stream, index_t b
   return [loader]() { return loader->next(); };
 }
 
-/// Runs method `name` with hyper-parameters `h` over `source` on `model`, printing progress
-/// (batches, images/s, running accuracy) on stderr. `fisher` feeds EATA; `seed` seeds MoETTA's
-/// routers.
+/// Runs the registered method `name` with hyper-parameters `h` over `source` on `model`, printing
+/// progress (batches, images/s, running accuracy) on stderr. `fisher` feeds EATA; `seed` seeds
+/// MoETTA's routers.
 inline tta::Report run_method(const std::string& name, const Hyper& h, Model& model,
                               const tta::BatchSource<float>& source, std::size_t total_batches,
                               const std::vector<Images>& fisher, std::uint64_t seed, const std::string& label) {
@@ -83,34 +85,8 @@ inline tta::Report run_method(const std::string& name, const Hyper& h, Model& mo
                  (long long)p.batches, total_batches, p.images_per_second, 100 * p.accuracy);
     std::fflush(stderr);
   };
-  tta::Report r;
-  if (name == "noadapt") {
-    tta::NoAdapt<Model> m;
-    r = tta::run(model, m, source, progress);
-  } else if (name == "tent") {
-    typename tta::Tent<Model>::Options o;
-    o.lr.at_reference = h.lr;
-    tta::Tent<Model> m(o);
-    r = tta::run(model, m, source, progress);
-  } else if (name == "eata") {
-    typename tta::EATA<Model>::Options o;
-    o.lr.at_reference = h.lr, o.margin_factor = h.margin, o.d_margin = h.d_margin;
-    tta::EATA<Model> m(o, fisher);
-    r = tta::run(model, m, source, progress);
-  } else if (name == "sar") {
-    typename tta::SAR<Model>::Options o;
-    o.lr.at_reference = h.lr, o.margin_factor = h.margin;
-    tta::SAR<Model> m(o);
-    r = tta::run(model, m, source, progress);
-  } else if (name == "moetta") {
-    typename tta::MoETTA<Model>::Options o;
-    o.router_seed = seed;
-    o.lr.at_reference = h.lr, o.margin_factor = h.margin, o.lambda = h.lambda, o.num_experts = index_t(h.experts);
-    tta::MoETTA<Model> m(o);
-    r = tta::run(model, m, source, progress);
-  } else {
-    throw std::invalid_argument("unknown method " + name);
-  }
+  auto method = tta::make_method<Model>(name, h, tta::MethodContext<float>{fisher, seed});
+  tta::Report r = tta::run(model, method, source, progress);
   std::fprintf(stderr, "\n");
   return r;
 }
@@ -147,25 +123,6 @@ inline void save_expert_similarity(const Model& model, const std::filesystem::pa
     g.tiles.push_back({model.layernorm_name(idx[k]), int(E), int(E), expert_similarity(*layers[k])});
   }
   plot::save(g, path);
-}
-
-/// Cumulative accuracy over the stream, one line per method (the given seed's reports).
-inline void save_cumulative_accuracy(const std::vector<std::string>& methods, const std::vector<tta::Report>& reports,
-                                     index_t batch, const std::filesystem::path& path, const std::string& title) {
-  plot::LinePlot p;
-  p.title = title;
-  p.xlabel = "images seen";
-  p.ylabel = "cumulative accuracy (%)";
-  for (std::size_t k = 0; k < methods.size(); ++k) {
-    plot::Series s{display_name(methods[k]), {}, {}, {}};
-    const auto& r = reports[k];
-    for (std::size_t i = 0; i < r.accuracy_trace.size(); ++i) {
-      s.x.push_back(double(std::min<std::int64_t>(std::int64_t(i + 1) * batch, r.images)));
-      s.y.push_back(100 * r.accuracy_trace[i]);
-    }
-    p.series.push_back(std::move(s));
-  }
-  plot::save(p, path);
 }
 
 }  // namespace moetta_example

@@ -25,6 +25,7 @@
 #include <ttmoe/io/streams.hpp>
 #include <ttmoe/nn/loss.hpp>
 #include <ttmoe/nn/optim_adam.hpp>
+#include <ttmoe/training/loop.hpp>
 
 #include "../common/cache_dir.hpp"
 #include "experiment.hpp"
@@ -89,8 +90,10 @@ inline double fashion_accuracy(const Model& model, const io::FashionMnistSplit& 
   return double(correct) / double(s.count);
 }
 
-/// Trains the embedded ViT with AdamW (linear warm-up, cosine decay, random horizontal flips),
-/// printing a progress bar with images/s and running loss / accuracy on stderr.
+/// Trains the embedded ViT with AdamW (linear warm-up, cosine decay, random horizontal flips and
+/// shifts) through training::train, printing a progress bar with images/s and running loss /
+/// accuracy on stderr. The batches come from one sequential RNG (the recipe the cache key names),
+/// so this run does not checkpoint: a resumed run would need the RNG's position too.
 inline Model train_fashion(const io::FashionMnistSplit& train, const FashionSetup& f) {
   Model model(f.vit, 0);
   auto params = nn::named_parameters<float>(model);
@@ -105,63 +108,70 @@ inline Model train_fashion(const io::FashionMnistSplit& train, const FashionSetu
   std::vector<float> tmp(px);
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 g(1234);
-  std::size_t step = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int ep = 0; ep < f.epochs; ++ep) {
-    io::portable_shuffle(order, g);
-    double run_loss = 0, run_correct = 0, run_n = 0;
-    for (std::size_t it = 0; it < steps_per_epoch; ++it, ++step) {
-      const double lr = step < warmup ? f.lr * double(step + 1) / double(warmup)
-                                      : 0.5 * f.lr * (1 + std::cos(M_PI * double(step - warmup) / double(total - warmup)));
-      opt.options().lr = lr;
-      Images x(DynShape<4>(f.batch, 1, index_t(train.height), index_t(W)));
-      std::vector<std::int64_t> y(std::size_t(f.batch));
-      for (index_t k = 0; k < f.batch; ++k) {
-        const std::size_t n = order[it * std::size_t(f.batch) + std::size_t(k)];
-        float* dst = x.data() + std::size_t(k) * px;
-        fashion_normalized(train, n, f.mean, f.std, dst);
-        if (g() & 1)  // horizontal flip: clothes are left-right symmetric, a free augmentation
-          for (std::size_t r = 0; r < train.height; ++r) std::reverse(dst + r * W, dst + (r + 1) * W);
-        if (f.max_shift > 0) {  // random translation, background (normalised 0) shifted in
-          const int span = 2 * f.max_shift + 1;
-          const int dy = int(g() % std::uint64_t(span)) - f.max_shift, dx = int(g() % std::uint64_t(span)) - f.max_shift;
-          const float bg = (0.0f - f.mean) / f.std;
-          const int Hh = int(train.height), Ww = int(W);
-          for (int r = 0; r < Hh; ++r)
-            for (int c = 0; c < Ww; ++c) {
-              const int sr = r - dy, sc = c - dx;
-              tmp[std::size_t(r * Ww + c)] = sr >= 0 && sr < Hh && sc >= 0 && sc < Ww ? dst[sr * Ww + sc] : bg;
-            }
-          std::copy(tmp.begin(), tmp.end(), dst);
-        }
-        y[std::size_t(k)] = train.labels[n];
-      }
-      auto labels = IndexTensor<DynShape<1>>::from_host(DynShape<1>(f.batch), std::span<const std::int64_t>(y));
-      autograd::Tape tape;
-      Tensor<float, DynShape<2>> logits = model.forward(x);
-      Tensor<float, Shape<>> loss = nn::cross_entropy(logits, labels);
-      autograd::backward(tape, loss);
-      opt.step();
-      opt.zero_grad();
-      const auto z = logits.detach().to_vector();
-      for (index_t k = 0; k < f.batch; ++k) {
-        const float* row = z.data() + k * 10;
-        run_correct += (std::max_element(row, row + 10) - row) == y[std::size_t(k)];
-      }
-      run_loss += double(loss.item()) * double(f.batch);
-      run_n += double(f.batch);
-      if (it % 10 == 0 || it + 1 == steps_per_epoch) {
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const int bar = int(30.0 * double(it + 1) / double(steps_per_epoch));
-        std::fprintf(stderr, "\r  epoch %d/%d [%s%s] %5zu/%zu  %6.0f img/s  loss %.4f  acc %5.2f%%  lr %.2e ", ep + 1,
-                     f.epochs, std::string(std::size_t(bar), '#').c_str(), std::string(std::size_t(30 - bar), '.').c_str(),
-                     (it + 1) * std::size_t(f.batch), steps_per_epoch * std::size_t(f.batch),
-                     double((step + 1) * std::size_t(f.batch)) / secs, run_loss / run_n, 100 * run_correct / run_n, lr);
-        std::fflush(stderr);
-      }
+  double run_loss = 0, run_correct = 0, run_n = 0;  // per epoch
+  struct Batch {
+    Images x;
+    std::vector<std::int64_t> y;
+  };
+  auto next = [&](std::size_t step, std::size_t) {
+    const std::size_t it = step % steps_per_epoch;
+    if (it == 0) {  // a new epoch: reshuffle, restart the running figures
+      io::portable_shuffle(order, g);
+      run_loss = run_correct = run_n = 0;
     }
-    std::fprintf(stderr, "\n");
-  }
+    Batch b{Images(DynShape<4>(f.batch, 1, index_t(train.height), index_t(W))), std::vector<std::int64_t>(std::size_t(f.batch))};
+    for (index_t k = 0; k < f.batch; ++k) {
+      const std::size_t n = order[it * std::size_t(f.batch) + std::size_t(k)];
+      float* dst = b.x.data() + std::size_t(k) * px;
+      fashion_normalized(train, n, f.mean, f.std, dst);
+      if (g() & 1)  // horizontal flip: clothes are left-right symmetric, a free augmentation
+        for (std::size_t r = 0; r < train.height; ++r) std::reverse(dst + r * W, dst + (r + 1) * W);
+      if (f.max_shift > 0) {  // random translation, background (normalised 0) shifted in
+        const int span = 2 * f.max_shift + 1;
+        const int dy = int(g() % std::uint64_t(span)) - f.max_shift, dx = int(g() % std::uint64_t(span)) - f.max_shift;
+        const float bg = (0.0f - f.mean) / f.std;
+        const int Hh = int(train.height), Ww = int(W);
+        for (int r = 0; r < Hh; ++r)
+          for (int c = 0; c < Ww; ++c) {
+            const int sr = r - dy, sc = c - dx;
+            tmp[std::size_t(r * Ww + c)] = sr >= 0 && sr < Hh && sc >= 0 && sc < Ww ? dst[sr * Ww + sc] : bg;
+          }
+        std::copy(tmp.begin(), tmp.end(), dst);
+      }
+      b.y[std::size_t(k)] = train.labels[n];
+    }
+    return b;
+  };
+  auto loss_of = [&](Model& m, const Batch& b) {
+    auto labels = IndexTensor<DynShape<1>>::from_host(DynShape<1>(f.batch), std::span<const std::int64_t>(b.y));
+    Tensor<float, DynShape<2>> logits = m.forward(b.x);
+    Tensor<float, Shape<>> loss = nn::cross_entropy(logits, labels);
+    const auto z = logits.detach().to_vector();
+    for (index_t k = 0; k < f.batch; ++k) {
+      const float* row = z.data() + k * 10;
+      run_correct += (std::max_element(row, row + 10) - row) == b.y[std::size_t(k)];
+    }
+    run_loss += double(loss.item()) * double(f.batch);
+    run_n += double(f.batch);
+    return loss;
+  };
+  training::LoopOptions lo;
+  lo.total_steps = total;
+  lo.lr = training::warmup_cosine(f.lr, warmup, total);
+  lo.progress = [&](const training::StepReport& r) {
+    const std::size_t it = r.step % steps_per_epoch;
+    if (it % 10 == 0 || it + 1 == steps_per_epoch) {
+      const int bar = int(30.0 * double(it + 1) / double(steps_per_epoch));
+      std::fprintf(stderr, "\r  epoch %zu/%d [%s%s] %5zu/%zu  %6.0f img/s  loss %.4f  acc %5.2f%%  lr %.2e ",
+                   r.step / steps_per_epoch + 1, f.epochs, std::string(std::size_t(bar), '#').c_str(),
+                   std::string(std::size_t(30 - bar), '.').c_str(), (it + 1) * std::size_t(f.batch),
+                   steps_per_epoch * std::size_t(f.batch), double((r.step + 1) * std::size_t(f.batch)) / r.seconds,
+                   run_loss / run_n, 100 * run_correct / run_n, r.lr);
+      std::fflush(stderr);
+    }
+    if (it + 1 == steps_per_epoch) std::fprintf(stderr, "\n");
+  };
+  training::train(model, opt, next, loss_of, lo);
   return model;
 }
 

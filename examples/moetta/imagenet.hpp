@@ -137,7 +137,7 @@ inline int run_imagenet(const Options& o) {
                               std::span<float>(x.data() + k * pre.image_floats(), pre.image_floats()));
       fisher.push_back(x);
     }
-  } else if (std::find(methods.begin(), methods.end(), "eata") != methods.end()) {
+  } else if (std::any_of(methods.begin(), methods.end(), [](const std::string& m) { return tta::method_info(m).needs_fisher; })) {
     fmt::print(stderr, "note: no --imagenet-val: EATA runs without its Fisher regulariser (ETA)\n");
   }
   const auto pre_c = io::imagenet_c_preprocess(norm), pre_n = io::imagenet_preprocess(norm);
@@ -163,15 +163,8 @@ inline int run_imagenet(const Options& o) {
   fmt::print("\nPer-domain accuracy (%, mean over seeds)\n{}\n", domain_table(methods, res, names));
   fmt::print("{}\n", summary_table(methods, res, o.seeds.size()));
   // Table 1 layout: Model | Setting | Noadapt | Tent | EATA | SAR | Ours, "mean +- std" over seeds.
-  std::string head = fmt::format("| {:<9} | {:<10} |", "Model", "Setting"), row = fmt::format("| {:<9} | {:<10} |", "ViT-B/16", o.setting);
-  for (const auto& m : methods) {
-    std::vector<double> acc;
-    for (const auto& r : res[m]) acc.push_back(100 * r.accuracy);
-    const auto a = mean_std(acc);
-    head += fmt::format(" {:>13} |", display_name(m));
-    row += fmt::format(" {:>13} |", fmt::format("{:.2f} +- {:.2f}", a.mean, a.std));
-  }
-  fmt::print("Table 1 row (accuracy %, mean +- std over {} seeds)\n{}\n{}\n", o.seeds.size(), head, row);
+  fmt::print("Table 1 row (accuracy %, mean +- std over {} seeds)\n{}", o.seeds.size(),
+             tta_common::paper_row(methods, res, {{"Model", "ViT-B/16", 9}, {"Setting", o.setting, 10}}));
   return 0;
 }
 

@@ -56,11 +56,13 @@ Results run_all(const std::vector<std::string>& methods, const std::vector<std::
 inline void print_hyper(const HyperSet& h, const std::vector<std::string>& methods) {
   for (const auto& m : methods) {
     const auto& x = h.at(m);
-    if (m == "noadapt") continue;
-    fmt::print("  {:<8} lr {:.2e} (at batch 64)", display_name(m), x.lr);
-    if (m != "tent") fmt::print(", margin {:.2f} ln C", x.margin);
-    if (m == "eata") fmt::print(", redundancy margin {:.2f}", x.d_margin);
-    if (m == "moetta") fmt::print(", lambda {:.2f}, {} experts", x.lambda, x.experts);
+    const auto& info = tta::method_info(m);
+    if (!info.adapts) continue;
+    fmt::print("  {:<8} lr {:.2e} (at batch 64)", info.display_name, x.lr);
+    if (info.has.margin) fmt::print(", margin {:.2f} ln C", x.margin);
+    if (info.has.d_margin) fmt::print(", redundancy margin {:.2f}", x.d_margin);
+    if (info.has.lambda) fmt::print(", lambda {:.2f}", x.lambda);
+    if (info.has.experts) fmt::print(", {} experts", x.experts);
     fmt::print("\n");
   }
 }
@@ -77,7 +79,7 @@ inline int run_fashion(const Options& o) {
   const auto test = io::load_fashion_mnist("t10k");
   const auto ckpt = ensure_fashion_model(f, cache_dir(o.cache), o.retrain, train, test);
   const auto methods = selected_methods(o);
-  const std::vector<std::string> all_methods{"noadapt", "tent", "eata", "sar", "moetta"};
+  const std::vector<std::string> all_methods = tta::method_keys();
   const auto fisher = fashion_fisher_batches(train, f, 2000, o.batch_size);
   const Geometry geo{1, f.vit.img_size, f.vit.img_size};
   const auto val_domains = fashion_validation_domains(o.severity);
@@ -149,10 +151,10 @@ inline int run_fashion(const Options& o) {
     return make_fashion_stream(test, 0, test.count, test_domains, f, o.limit, seed);
   };
   const Results res = run_all(methods, o.seeds, hyper, ckpt, fisher, o, geo, make_test,
-                              [&](const std::string& m, std::size_t si, const Model& model, const tta::Report& r) {
+                              [&](const std::string&, std::size_t si, const Model& model, const tta::Report& r) {
                                 if (si != 0) return;
                                 first_seed.push_back(r);
-                                if (m == "moetta") {
+                                if (!model.moe_layers().empty()) {  // the figure of a MoE method
                                   save_expert_similarity(model, sim_png,
                                                          fmt::format("MoETTA expert cosine similarity per MoE-LayerNorm "
                                                                      "(seed {})",

@@ -16,16 +16,15 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/autograd/backward.hpp"
 #include "ttmoe/nn/loss.hpp"
+#include "ttmoe/tta/adapting.hpp"
 #include "ttmoe/tta/entropy.hpp"
-#include "ttmoe/tta/trainable.hpp"
 
 namespace ttmoe::tta {
 
 /// EATA on model type Model.
 template <class Model, class T = float, class D = cpu>
-class EATA {
+class EATA : public AdaptingMethod<Model, T, D> {
  public:
   struct Options {
     LearningRate lr{6e-4, 64, {}};
@@ -46,9 +45,7 @@ class EATA {
 
   /// Selects the trainable parameters, snapshots theta0 and computes the Fisher. Called lazily.
   void prepare(Model& model) {
-    select_trainable(model, opt_.trainable);
-    set_ = TrainableSet<T, D>(model);
-    model_ = &model;
+    this->adapt_only(model, opt_.trainable);
     compute_fisher(model);
     probs_ema_.reset();
   }
@@ -56,10 +53,9 @@ class EATA {
   /// Forward (recorded), filters, weighted entropy + Fisher regulariser, one SGD step; returns the
   /// pre-step logits.
   Tensor<T, DynShape<2>, D> adapt_and_predict(Model& model, const Tensor<T, DynShape<4>, D>& images) {
-    if (model_ != &model) prepare(model);
-    last_ = StepInfo{};
+    if (!this->prepared_for(model)) prepare(model);
     const index_t B = images.extent(0);
-    auto& sgd = set_.optimizer(opt_.lr, opt_.momentum, B);
+    auto& sgd = this->begin_batch(B, opt_.lr, opt_.momentum);
     autograd::Tape tape;
     Tensor<T, DynShape<2>, D> logits = model.forward(images);
     const index_t C = logits.extent(1);
@@ -76,48 +72,37 @@ class EATA {
       keep[b] = k;
       kept += k;
     }
-    last_.kept = kept;
-    last_.threshold = e0;
+    this->last_.kept = kept;
+    this->last_.threshold = e0;
     std::vector<double> coef(std::size_t(B), 0.0);
     for (index_t b = 0; b < B; ++b)
       if (keep[b]) coef[b] = 1.0 / std::exp(hv[b] - e0) / double(kept);
     for (double v : hv)
       if (!std::isfinite(v)) {  // a NaN sample would poison the loss anyway: skip the batch, counted
-        tape.clear();
-        last_.skipped_nonfinite = true;
+        this->skip_nonfinite(tape);
         return logits.detach();
       }
     if (kept == 0) {  // EATA's code only steps when some sample survives both filters
       tape.clear();
-      last_.loss = 0;
+      this->last_.loss = 0;
       return logits.detach();
     }
     Tensor<T, Shape<>, D> loss = weighted_entropy_sum(h, coef);
     if (!fisher_.empty()) loss = loss + regulariser() * T(opt_.fisher_alpha);
-    last_.loss = double(loss.item());
-    if (!std::isfinite(last_.loss)) {
-      tape.clear();
-      last_.skipped_nonfinite = true;
-      return logits.detach();
-    }
+    if (!this->accept_loss(tape, loss)) return logits.detach();
     update_probs_ema(probs, keep, kept, C);
-    autograd::backward(tape, loss);
-    sgd.step();
-    set_.zero_grad();
-    last_.updated = true;
+    this->backward_and_step(tape, loss, sgd);
     return logits.detach();
   }
 
-  const StepInfo& last_step() const { return last_; }
   /// Restores theta0, drops the optimiser and the probability EMA (the Fisher is kept).
   void reset() {
-    if (!model_) return;
-    set_.restore();
+    if (!this->prepared()) return;
+    this->set_.restore();
     probs_ema_.reset();
   }
   /// Diagonal Fisher per trainable parameter (parallel to trainable().params()).
   const std::vector<Tensor<T, Shape<dyn>, D>>& fisher() const { return fisher_; }
-  const TrainableSet<T, D>& trainable() const { return set_; }
 
  private:
   static std::vector<double> host_softmax(const Tensor<T, DynShape<2>, D>& logits) {
@@ -154,15 +139,15 @@ class EATA {
     for (index_t c = 0; c < C; ++c) (*probs_ema_)[c] = opt_.probs_ema * (*probs_ema_)[c] + (1 - opt_.probs_ema) * mean[c];
   }
   Tensor<T, Shape<>, D> regulariser() const {
-    const auto& ps = set_.params();
-    Tensor<T, Shape<>, D> r = sum_all(fisher_[0] * square(ps[0].flat - set_.initial()[0]));
-    for (std::size_t i = 1; i < ps.size(); ++i) r = r + sum_all(fisher_[i] * square(ps[i].flat - set_.initial()[i]));
+    const auto& ps = this->set_.params();
+    Tensor<T, Shape<>, D> r = sum_all(fisher_[0] * square(ps[0].flat - this->set_.initial()[0]));
+    for (std::size_t i = 1; i < ps.size(); ++i) r = r + sum_all(fisher_[i] * square(ps[i].flat - this->set_.initial()[i]));
     return r;
   }
   void compute_fisher(Model& model) {
     fisher_.clear();
     if (fisher_batches_.empty()) return;
-    auto& ps = set_.params();
+    auto& ps = this->set_.params();
     std::vector<std::vector<double>> acc(ps.size());
     for (std::size_t i = 0; i < ps.size(); ++i) acc[i].assign(std::size_t(ps[i].flat.numel()), 0.0);
     for (const auto& x : fisher_batches_) {
@@ -186,7 +171,7 @@ class EATA {
         const auto gv = g.to_vector();
         for (std::size_t k = 0; k < gv.size(); ++k) acc[i][k] += double(gv[k]) * double(gv[k]);
       }
-      set_.zero_grad();
+      this->set_.zero_grad();
     }
     for (std::size_t i = 0; i < ps.size(); ++i) {
       std::vector<T> f(acc[i].size());
@@ -199,9 +184,6 @@ class EATA {
   std::vector<Tensor<T, DynShape<4>, D>> fisher_batches_;
   std::vector<Tensor<T, Shape<dyn>, D>> fisher_;
   std::optional<std::vector<double>> probs_ema_;
-  TrainableSet<T, D> set_;
-  Model* model_ = nullptr;
-  StepInfo last_;
 };
 
 }  // namespace ttmoe::tta

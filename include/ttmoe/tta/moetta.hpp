@@ -27,9 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/autograd/backward.hpp"
+#include "ttmoe/tta/adapting.hpp"
 #include "ttmoe/tta/entropy.hpp"
-#include "ttmoe/tta/trainable.hpp"
 
 namespace ttmoe::tta {
 
@@ -81,7 +80,7 @@ index_t default_first_moe_index_for(const Model& model) {
 
 /// MoETTA on model type Model.
 template <class Model, class T = float, class D = cpu>
-class MoETTA {
+class MoETTA : public AdaptingMethod<Model, T, D> {
  public:
   struct Options {
     index_t num_experts = 9;
@@ -107,19 +106,15 @@ class MoETTA {
   void prepare(Model& model) {
     if (model.moe_layers().empty())
       model.convert_to_moe_layernorm(opt_.num_experts, first_moe_index(model), opt_.router_seed);
-    select_trainable(model, {"*.experts.weight_delta", "*.experts.bias_delta", "*.router.weight", "*.router.bias"});
-    set_ = TrainableSet<T, D>(model);
-    model_ = &model;
+    this->adapt_only(model, {"*.experts.weight_delta", "*.experts.bias_delta", "*.router.weight", "*.router.bias"});
     stats_.clear();
   }
 
   /// One recorded forward, the filtered re-weighted entropy + balance loss, one SGD step; returns
   /// the pre-step logits.
   Tensor<T, DynShape<2>, D> adapt_and_predict(Model& model, const Tensor<T, DynShape<4>, D>& images) {
-    if (model_ != &model) prepare(model);
-    last_ = StepInfo{};
-    const index_t B = images.extent(0);
-    auto& sgd = set_.optimizer(opt_.lr, opt_.momentum, B);
+    if (!this->prepared_for(model)) prepare(model);
+    auto& sgd = this->begin_batch(images.extent(0), opt_.lr, opt_.momentum);
     autograd::Tape tape;
     Tensor<T, DynShape<2>, D> logits = model.forward(images);
     const double e0 = entropy_margin(logits.extent(1), opt_.margin_factor);
@@ -127,18 +122,17 @@ class MoETTA {
     const auto hv = host_values(h);
     const double batch_mean = mean_of(hv);
     if (!std::isfinite(batch_mean)) {
-      tape.clear();
-      last_.skipped_nonfinite = true;
+      this->skip_nonfinite(tape);
       return logits.detach();
     }
     const double running = stats_.peek(batch_mean);  // includes this batch (Algorithm 1)
     const double threshold = opt_.fixed_threshold ? *opt_.fixed_threshold : running;
     const double alpha = opt_.lambda * running;
-    last_.threshold = threshold;
-    last_.alpha = alpha;
+    this->last_.threshold = threshold;
+    this->last_.alpha = alpha;
     index_t kept = 0;
     for (double v : hv) kept += v <= threshold;
-    last_.kept = kept;
+    this->last_.kept = kept;
     Tensor<T, Shape<>, D> loss = model.balance_loss() * T(alpha);
     if (kept > 0) {
       std::vector<double> coef(hv.size(), 0.0);
@@ -146,21 +140,12 @@ class MoETTA {
         if (hv[b] <= threshold) coef[b] = std::exp(e0 - hv[b]) / double(kept);
       loss = loss + weighted_entropy_sum(h, coef);
     }
-    last_.loss = double(loss.item());
-    if (!std::isfinite(last_.loss)) {
-      tape.clear();
-      last_.skipped_nonfinite = true;
-      return logits.detach();
-    }
+    if (!this->accept_loss(tape, loss)) return logits.detach();
     stats_.add(batch_mean);
-    autograd::backward(tape, loss);
-    sgd.step();
-    set_.zero_grad();
-    last_.updated = true;
+    this->backward_and_step(tape, loss, sgd);
     return logits.detach();
   }
 
-  const StepInfo& last_step() const { return last_; }
   /// The first MoE-LayerNorm index used for `model`: the option when set, else the depth default.
   index_t first_moe_index(const Model& model) const {
     return opt_.first_moe_index ? *opt_.first_moe_index : default_first_moe_index_for(model);
@@ -168,20 +153,16 @@ class MoETTA {
   /// Restores the routers / experts as converted and forgets the entropy statistics (the method
   /// itself never resets during a stream).
   void reset() {
-    if (!model_) return;
-    set_.restore();
+    if (!this->prepared()) return;
+    this->set_.restore();
     stats_.clear();
   }
   /// Running mean of batch-mean entropies over the applied batches.
   const EntropyRunningMean& entropy_stats() const { return stats_; }
-  const TrainableSet<T, D>& trainable() const { return set_; }
 
  private:
   Options opt_;
-  TrainableSet<T, D> set_;
-  Model* model_ = nullptr;
   EntropyRunningMean stats_;
-  StepInfo last_;
 };
 
 }  // namespace ttmoe::tta

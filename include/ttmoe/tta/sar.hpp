@@ -21,15 +21,14 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/autograd/backward.hpp"
+#include "ttmoe/tta/adapting.hpp"
 #include "ttmoe/tta/entropy.hpp"
-#include "ttmoe/tta/trainable.hpp"
 
 namespace ttmoe::tta {
 
 /// SAR on model type Model.
 template <class Model, class T = float, class D = cpu>
-class SAR {
+class SAR : public AdaptingMethod<Model, T, D> {
  public:
   struct Options {
     LearningRate lr{5e-4, 64, {}};
@@ -49,25 +48,22 @@ class SAR {
 
   /// Selects the trainable parameters and snapshots them. Called lazily.
   void prepare(Model& model) {
-    select_trainable(model, opt_.trainable);
-    set_ = TrainableSet<T, D>(model);
-    model_ = &model;
+    this->adapt_only(model, opt_.trainable);
     ema_.reset();
   }
 
   /// Two forward/backward passes and one SGD step; returns the logits of the first forward.
   Tensor<T, DynShape<2>, D> adapt_and_predict(Model& model, const Tensor<T, DynShape<4>, D>& images) {
-    if (model_ != &model) prepare(model);
-    last_ = StepInfo{};
+    if (!this->prepared_for(model)) prepare(model);
     const index_t B = images.extent(0);
-    auto& sgd = set_.optimizer(opt_.lr, opt_.momentum, B);
+    auto& sgd = this->begin_batch(B, opt_.lr, opt_.momentum);
     Tensor<T, DynShape<2>, D> logits;
     std::vector<bool> keep(std::size_t(B), false);
     {
       autograd::Tape tape;
       logits = model.forward(images);
       const double e0 = entropy_margin(logits.extent(1), opt_.margin_factor);
-      last_.threshold = e0;
+      this->last_.threshold = e0;
       auto h = entropies(logits);
       const auto hv = host_values(h);
       index_t n1 = 0;
@@ -82,7 +78,7 @@ class SAR {
       autograd::backward(tape, loss1);
     }
     // SAM ascent step to theta + e.
-    auto& ps = set_.params();
+    auto& ps = this->set_.params();
     std::vector<Tensor<T, Shape<dyn>, D>> old;
     {
       autograd::NoGrad ng;
@@ -98,7 +94,7 @@ class SAR {
         auto g = p.flat.grad();
         if (g.defined()) assign(p.flat, p.flat + g * T(scale));
       }
-      set_.zero_grad();
+      this->set_.zero_grad();
     }
     auto restore = [&] {
       autograd::NoGrad ng;
@@ -107,51 +103,43 @@ class SAR {
     {
       autograd::Tape tape;
       Tensor<T, DynShape<2>, D> logits2 = model.forward(images);
-      const double e0 = last_.threshold;
+      const double e0 = this->last_.threshold;
       auto h2 = entropies(logits2);
       const auto hv2 = host_values(h2);
       index_t n2 = 0;
       for (index_t b = 0; b < B; ++b) n2 += (keep[b] = keep[b] && hv2[b] < e0);
-      last_.kept = n2;
+      this->last_.kept = n2;
       if (n2 == 0) {
         tape.clear();
         restore();
-        if (!all_finite(hv2)) last_.skipped_nonfinite = true;
+        if (!all_finite(hv2)) this->last_.skipped_nonfinite = true;
         return logits.detach();
       }
       Tensor<T, Shape<>, D> loss2 = weighted_entropy_sum(h2, mask_mean(keep, n2));
-      last_.loss = double(loss2.item());
-      if (!std::isfinite(last_.loss)) {
-        tape.clear();
+      if (!this->accept_loss(tape, loss2)) {
         restore();
-        set_.zero_grad();
-        last_.skipped_nonfinite = true;
+        this->set_.zero_grad();
         return logits.detach();
       }
-      ema_ = ema_ ? opt_.loss_ema * *ema_ + (1 - opt_.loss_ema) * last_.loss : last_.loss;
-      autograd::backward(tape, loss2);
+      ema_ = ema_ ? opt_.loss_ema * *ema_ + (1 - opt_.loss_ema) * this->last_.loss : this->last_.loss;
+      // The gradient taken at theta + e is applied at theta.
+      this->backward_and_step(tape, loss2, sgd, restore);
     }
-    restore();
-    sgd.step();
-    set_.zero_grad();
-    last_.updated = true;
     if (*ema_ < opt_.reset_threshold) {
       reset();
-      last_.reset = true;
+      this->last_.reset = true;
     }
     return logits.detach();
   }
 
-  const StepInfo& last_step() const { return last_; }
   /// Restores the initial parameters and optimiser and forgets the loss EMA (SAR's model recovery).
   void reset() {
-    if (!model_) return;
-    set_.restore();
+    if (!this->prepared()) return;
+    this->set_.restore();
     ema_.reset();
   }
   /// The loss EMA that triggers the reset (empty before the first update / after a reset).
   std::optional<double> loss_ema() const { return ema_; }
-  const TrainableSet<T, D>& trainable() const { return set_; }
 
  private:
   static bool all_finite(const std::vector<double>& v) {
@@ -165,17 +153,13 @@ class SAR {
     return c;
   }
   Tensor<T, DynShape<2>, D> skip(autograd::Tape& tape, const Tensor<T, DynShape<2>, D>& logits) {
-    tape.clear();
-    set_.zero_grad();
-    last_.skipped_nonfinite = true;
+    this->skip_nonfinite(tape);
+    this->set_.zero_grad();
     return logits.detach();
   }
 
   Options opt_;
-  TrainableSet<T, D> set_;
-  Model* model_ = nullptr;
   std::optional<double> ema_;
-  StepInfo last_;
 };
 
 }  // namespace ttmoe::tta
