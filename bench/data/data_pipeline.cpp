@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "../common.hpp"
-#include "ttmoe/io/augment.hpp"
-#include "ttmoe/io/digit_domains.hpp"
+#include "ttmoe/data/augment.hpp"
+#include "ttmoe/data/digit_domains.hpp"
 
 using namespace ttmoe;
 using namespace ttmoe::io;

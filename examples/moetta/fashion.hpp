@@ -20,9 +20,9 @@
 #include <vector>
 
 #include <ttmoe/nn/checkpoint.hpp>
-#include <ttmoe/io/corruptions.hpp>
+#include <ttmoe/data/corruptions/corrupt.hpp>
 #include <ttmoe/io/idx.hpp>
-#include <ttmoe/io/streams.hpp>
+#include <ttmoe/data/streams.hpp>
 #include <ttmoe/nn/loss.hpp>
 #include <ttmoe/nn/optim_adam.hpp>
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include <ttmoe/nn/checkpoint.hpp>
-#include <ttmoe/io/datasets.hpp>
-#include <ttmoe/io/datasets_transform.hpp>
-#include <ttmoe/io/streams.hpp>
+#include <ttmoe/data/datasets.hpp>
+#include <ttmoe/data/datasets_transform.hpp>
+#include <ttmoe/data/streams.hpp>
 
 #include "args.hpp"
 #include "experiment.hpp"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <ttmoe/io/datasets.hpp>
-#include <ttmoe/io/datasets_transform.hpp>
+#include <ttmoe/data/datasets.hpp>
+#include <ttmoe/data/datasets_transform.hpp>
 
 #include "temp_dir.hpp"
 

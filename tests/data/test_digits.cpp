@@ -6,8 +6,8 @@
 
 #include <cmath>
 
-#include <ttmoe/io/digit_domains.hpp>
-#include <ttmoe/io/domainbed.hpp>
+#include <ttmoe/data/digit_domains.hpp>
+#include <ttmoe/data/domainbed.hpp>
 
 #include "temp_dir.hpp"
 

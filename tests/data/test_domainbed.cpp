@@ -8,10 +8,10 @@
 #include <cmath>
 #include <set>
 
-#include <ttmoe/io/augment.hpp>
-#include <ttmoe/io/domainbed.hpp>
-#include <ttmoe/io/domainbed_loader.hpp>
-#include <ttmoe/io/domainbed_split.hpp>
+#include <ttmoe/data/augment.hpp>
+#include <ttmoe/data/domainbed.hpp>
+#include <ttmoe/data/domainbed_loader.hpp>
+#include <ttmoe/data/domainbed_split.hpp>
 
 #include "temp_dir.hpp"
 

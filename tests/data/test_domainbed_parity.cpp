@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ttmoe/io/augment.hpp>
-#include <ttmoe/io/domainbed.hpp>
-#include <ttmoe/io/domainbed_split.hpp>
+#include <ttmoe/data/augment.hpp>
+#include <ttmoe/data/domainbed.hpp>
+#include <ttmoe/data/domainbed_split.hpp>
 #include <ttmoe/io/safetensors.hpp>
 
 using namespace ttmoe;

@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include <ttmoe/io/plot_heatmap.hpp>
-#include <ttmoe/io/plot_lines.hpp>
+#include <ttmoe/plot/heatmap.hpp>
+#include <ttmoe/plot/lines.hpp>
 
 #include "temp_dir.hpp"
 

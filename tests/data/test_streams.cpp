@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include <ttmoe/io/streams.hpp>
-#include <ttmoe/io/streams_loader.hpp>
+#include <ttmoe/data/streams.hpp>
+#include <ttmoe/data/streams_loader.hpp>
 
 #include "temp_dir.hpp"
 

@@ -12,7 +12,7 @@
 
 #include "corruption_checks.hpp"
 #include "synthetic_images.hpp"
-#include "ttmoe/io/corruptions.hpp"
+#include "ttmoe/data/corruptions/corrupt.hpp"
 
 using ttmoe::Corruption;
 using ttmoe::CorruptionOptions;

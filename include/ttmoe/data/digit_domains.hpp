@@ -27,11 +27,11 @@
 #include <system_error>
 #include <vector>
 
-#include "ttmoe/io/datasets.hpp"
-#include "ttmoe/io/glyph_frame.hpp"
-#include "ttmoe/io/glyph_render.hpp"
+#include "ttmoe/data/datasets.hpp"
+#include "ttmoe/data/glyph_frame.hpp"
+#include "ttmoe/data/glyph_render.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/seed_mix.hpp"
+#include "ttmoe/data/seed_mix.hpp"
 
 namespace ttmoe::io {
 

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "ttmoe/io/datasets.hpp"
+#include "ttmoe/data/datasets.hpp"
 
 namespace ttmoe::io {
 

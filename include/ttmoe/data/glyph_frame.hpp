@@ -14,7 +14,7 @@
 #include <string>
 
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/image_filters.hpp"
+#include "ttmoe/data/image_filters.hpp"
 
 namespace ttmoe::io {
 

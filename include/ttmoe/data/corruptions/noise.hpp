@@ -5,9 +5,9 @@
 #include <array>
 #include <cstdint>
 
-#include "ttmoe/io/corruptions_common.hpp"
+#include "ttmoe/data/corruptions/common.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/image_filters.hpp"
+#include "ttmoe/data/image_filters.hpp"
 
 namespace ttmoe::corruptions {
 

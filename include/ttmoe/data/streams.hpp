@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/io/datasets.hpp"
+#include "ttmoe/data/datasets.hpp"
 
 namespace ttmoe::io {
 

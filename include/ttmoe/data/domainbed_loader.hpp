@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/io/augment.hpp"
-#include "ttmoe/io/domainbed.hpp"
-#include "ttmoe/io/domainbed_split.hpp"
+#include "ttmoe/data/augment.hpp"
+#include "ttmoe/data/domainbed.hpp"
+#include "ttmoe/data/domainbed_split.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/seed_mix.hpp"
-#include "ttmoe/io/streams_loader.hpp"
+#include "ttmoe/data/seed_mix.hpp"
+#include "ttmoe/data/streams_loader.hpp"
 
 namespace ttmoe::io {
 

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "ttmoe/io/corruptions_common.hpp"
+#include "ttmoe/data/corruptions/common.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/image_filters.hpp"
+#include "ttmoe/data/image_filters.hpp"
 
 namespace ttmoe::corruptions {
 

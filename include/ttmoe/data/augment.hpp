@@ -22,9 +22,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "ttmoe/io/datasets_transform.hpp"
+#include "ttmoe/data/datasets_transform.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/image_filters.hpp"
+#include "ttmoe/data/image_filters.hpp"
 
 namespace ttmoe::io {
 

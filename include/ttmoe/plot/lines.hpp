@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/io/plot.hpp"
+#include "ttmoe/plot/canvas.hpp"
 
 namespace ttmoe::plot {
 

@@ -22,12 +22,12 @@
 
 #include <cstdint>
 
-#include "ttmoe/io/corruptions_blur.hpp"
-#include "ttmoe/io/corruptions_common.hpp"
-#include "ttmoe/io/corruptions_digital.hpp"
-#include "ttmoe/io/corruptions_extra.hpp"
-#include "ttmoe/io/corruptions_noise.hpp"
-#include "ttmoe/io/corruptions_weather.hpp"
+#include "ttmoe/data/corruptions/blur.hpp"
+#include "ttmoe/data/corruptions/common.hpp"
+#include "ttmoe/data/corruptions/digital.hpp"
+#include "ttmoe/data/corruptions/extra.hpp"
+#include "ttmoe/data/corruptions/noise.hpp"
+#include "ttmoe/data/corruptions/weather.hpp"
 #include "ttmoe/io/image.hpp"
 
 namespace ttmoe {
