@@ -38,7 +38,7 @@ Results run_all(const std::vector<std::string>& methods, const std::vector<std::
     fmt::print(stderr, "seed {}: stream of {} images built in {:.1f} s\n", seed, fs.stream.items.size(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     const std::size_t nb = (fs.stream.items.size() + std::size_t(o.batch_size) - 1) / std::size_t(o.batch_size);
-    auto fill = [&fs, &geo](const io::StreamItem& it, float* out) {
+    auto fill = [&fs, &geo](const data::StreamItem& it, float* out) {
       std::copy_n(fs.pixels.data() + it.ref * geo.floats(), geo.floats(), out);
     };
     for (const auto& m : methods) {
@@ -102,7 +102,7 @@ inline int run_fashion(const Options& o) {
                fmt::join(domain_names(val_domains), ", "), o.severity, vs.stream.items.size(), f.holdout,
                kValidationSeed);
     const std::size_t nb = (vs.stream.items.size() + std::size_t(o.batch_size) - 1) / std::size_t(o.batch_size);
-    auto fill = [&vs, &geo](const io::StreamItem& it, float* out) {
+    auto fill = [&vs, &geo](const data::StreamItem& it, float* out) {
       std::copy_n(vs.pixels.data() + it.ref * geo.floats(), geo.floats(), out);
     };
     std::vector<tta_common::Trial> trials;

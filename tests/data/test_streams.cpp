@@ -16,7 +16,7 @@
 
 #include "temp_dir.hpp"
 
-using namespace ttmoe::io;
+using namespace ttmoe::data;
 
 namespace {
 std::vector<DomainItems> three_domains() {

@@ -22,7 +22,7 @@
 
 #include "ttmoe/data/datasets.hpp"
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// One element of a stream.
 struct StreamItem {
@@ -227,4 +227,4 @@ inline SettingDomains setting_domains(Setting setting, const SettingFolders& fol
   return out;
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data
