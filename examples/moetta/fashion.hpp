@@ -108,7 +108,7 @@ inline Model train_fashion(const io::FashionMnistSplit& train, const FashionSetu
   std::size_t step = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int ep = 0; ep < f.epochs; ++ep) {
-    io::portable_shuffle(order, g);
+    data::portable_shuffle(order, g);
     double run_loss = 0, run_correct = 0, run_n = 0;
     for (std::size_t it = 0; it < steps_per_epoch; ++it, ++step) {
       const double lr = step < warmup ? f.lr * double(step + 1) / double(warmup)
@@ -300,7 +300,7 @@ inline FashionStream make_fashion_stream(const io::FashionMnistSplit& split, std
   std::vector<std::size_t> idx(count);
   std::iota(idx.begin(), idx.end(), first);
   std::mt19937_64 g(2024);
-  io::portable_shuffle(idx, g);
+  data::portable_shuffle(idx, g);
   const std::size_t part = count / domains.size(), take = per_domain ? std::min(per_domain, part) : part;
   const std::size_t px = split.height * split.width;
   FashionStream fs;

@@ -134,7 +134,7 @@ inline int run_imagenet(const Options& o) {
       Images x(DynShape<4>(index_t(n), 3, 224, 224));
       for (std::size_t k = 0; k < n; ++k)
         data::load_preprocessed(v.files[pick[b0 + k].ref].path, pre,
-                              std::span<float>(x.data() + k * pre.image_floats(), pre.image_floats()));
+                                std::span<float>(x.data() + k * pre.image_floats(), pre.image_floats()));
       fisher.push_back(x);
     }
   } else if (std::find(methods.begin(), methods.end(), "eata") != methods.end()) {
@@ -144,7 +144,7 @@ inline int run_imagenet(const Options& o) {
   const Geometry geo{3, 224, 224};
   auto fill = [&](const data::StreamItem& it, float* out) {
     data::load_preprocessed(files[it.ref], domain_is_c[std::size_t(it.domain)] ? pre_c : pre_n,
-                          std::span<float>(out, geo.floats()));
+                            std::span<float>(out, geo.floats()));
   };
   Results res;
   const HyperSet paper = tta_common::paper_defaults();  // full scale: the papers' settings, unchanged

@@ -138,7 +138,7 @@ inline int run_fashion(const Options& o) {
   const auto test_domains = fashion_test_domains(o.severity);
   fmt::print("\nTest stream: the {} Fashion-MNIST test images dealt into {} domains ({} corruptions at severity {}, "
              "sketch, inverted){}, shuffled per seed; batch {}\n",
-             test.count, test_domains.size(), all_corruptions.size(), o.severity,
+             test.count, test_domains.size(), data::corruptions::all_corruptions.size(), o.severity,
              o.limit ? fmt::format(", at most {} per domain", o.limit) : std::string(), o.batch_size);
   std::filesystem::create_directories(o.out_dir);
   const auto sim_png = std::filesystem::path(o.out_dir) / "moetta_expert_similarity.png";

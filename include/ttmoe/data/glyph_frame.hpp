@@ -58,7 +58,7 @@ struct GlyphJitter {
 /// comment); `rng` draws the jitter. A glyph with no ink above `threshold` is std::invalid_argument
 /// (`what` names its source in the message).
 inline io::Image frame_glyph(const io::Image& glyph, std::mt19937_64& rng, const GlyphJitter& jitter = {}, int frame = 28,
-                         int box = 20, const std::string& what = "glyph", float threshold = 0.05f) {
+                             int box = 20, const std::string& what = "glyph", float threshold = 0.05f) {
   if (box <= 0 || box > frame) throw std::invalid_argument("frame_glyph: need 0 < box <= frame");
   const PixelBox b = ink_bounding_box(glyph, threshold);
   if (b.empty()) throw std::invalid_argument("frame_glyph: " + what + " has no ink");

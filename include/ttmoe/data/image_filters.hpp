@@ -173,12 +173,35 @@ inline io::Image pad(const io::Image& im, int py, int px, Border b) {
   return out;
 }
 
+// One tap of a shifted-kernel filter: weight w read at row offset dy and column offset dx of the
+// padded image (offsets from the output pixel's own position, padding included).
+struct Tap {
+  int dy = 0, dx = 0;
+  float w = 0.0f;
+};
+
+// out(y, x) = sum over taps of w * padded(y + dy, x + dx), every channel, taps added in order (so
+// results do not depend on who builds the list). filter2d and motion_blur both filter this way.
+inline io::Image accumulate_taps(const io::Image& padded, int height, int width, const std::vector<Tap>& taps) {
+  io::Image out = io::make_image(height, width, padded.channels);
+  const int C = padded.channels;
+  const std::size_t orow_len = static_cast<std::size_t>(width) * C;
+  const std::size_t prow_len = static_cast<std::size_t>(padded.width) * C;
+  for (int y = 0; y < height; ++y) {
+    float* orow = &out.pixels[static_cast<std::size_t>(y) * orow_len];
+    for (const Tap& t : taps)
+      axpy(orow, &padded.pixels[static_cast<std::size_t>(y + t.dy) * prow_len + static_cast<std::size_t>(t.dx) * C], t.w,
+           orow_len);
+  }
+  return out;
+}
+
 }  // namespace filter_detail
 
 /// Correlates rows with kernel_x and columns with kernel_y (both centred), independently per
 /// channel. Kernels may be longer than the image: the border rule is folded into the taps.
 inline io::Image separable_filter(const io::Image& im, const std::vector<double>& kernel_x, const std::vector<double>& kernel_y,
-                              Border b) {
+                                  Border b) {
   io::check_image(im, "separable_filter");
   io::Image tmp = im;
   if (kernel_x.size() != 1 || kernel_x[0] != 1.0)
@@ -203,24 +226,13 @@ inline io::Image filter2d(const io::Image& im, const std::vector<float>& kernel,
   if (kh <= 0 || kw <= 0 || kernel.size() != static_cast<std::size_t>(kh) * kw)
     throw std::invalid_argument("filter2d: kernel size does not match " + std::to_string(kh) + "x" + std::to_string(kw));
   const int ay = kh / 2, ax = kw / 2;
-  const io::Image p = filter_detail::pad(im, ay, ax, b);
-  io::Image out = io::make_image(im.height, im.width, im.channels);
-  const int C = im.channels;
-  const std::size_t orow_len = static_cast<std::size_t>(im.width) * C;
-  const std::size_t prow_len = static_cast<std::size_t>(p.width) * C;
-  for (int y = 0; y < im.height; ++y) {
-    float* orow = &out.pixels[static_cast<std::size_t>(y) * orow_len];
-    for (int ky = 0; ky < kh; ++ky) {
-      const float* prow = &p.pixels[static_cast<std::size_t>(y + ky) * prow_len];
-      for (int kx = 0; kx < kw; ++kx) {
-        const float w = kernel[static_cast<std::size_t>(ky) * kw + kx];
-        if (w == 0.0f) continue;
-        const float* src = prow + static_cast<std::size_t>(kx) * C;
-        filter_detail::axpy(orow, src, w, orow_len);
-      }
+  std::vector<filter_detail::Tap> taps;
+  for (int ky = 0; ky < kh; ++ky)
+    for (int kx = 0; kx < kw; ++kx) {
+      const float w = kernel[static_cast<std::size_t>(ky) * kw + kx];
+      if (w != 0.0f) taps.push_back({ky, kx, w});
     }
-  }
-  return out;
+  return filter_detail::accumulate_taps(filter_detail::pad(im, ay, ax, b), im.height, im.width, taps);
 }
 
 /// ImageMagick's MotionBlurImage(radius, sigma, angle): a one-sided Gaussian "comet tail" of
@@ -240,29 +252,21 @@ inline io::Image motion_blur(const io::Image& im, double radius, double sigma, d
   }
   constexpr double pi = 3.14159265358979323846;
   const double a = angle_degrees * pi / 180.0;
-  std::vector<int> ox(static_cast<std::size_t>(width)), oy(static_cast<std::size_t>(width));
+  std::vector<filter_detail::Tap> taps(static_cast<std::size_t>(width));
   int max_off = 0;
   for (int i = 0; i < width; ++i) {
+    auto& t = taps[static_cast<std::size_t>(i)];
     // ImageMagick: ceil(v - 0.5), i.e. round half up.
-    ox[static_cast<std::size_t>(i)] = static_cast<int>(std::ceil(i * std::cos(a) - 0.5));
-    oy[static_cast<std::size_t>(i)] = static_cast<int>(std::ceil(i * std::sin(a) - 0.5));
-    max_off = std::max({max_off, std::abs(ox[static_cast<std::size_t>(i)]), std::abs(oy[static_cast<std::size_t>(i)])});
+    t.dx = static_cast<int>(std::ceil(i * std::cos(a) - 0.5));
+    t.dy = static_cast<int>(std::ceil(i * std::sin(a) - 0.5));
+    t.w = static_cast<float>(k[static_cast<std::size_t>(i)] / total);
+    max_off = std::max({max_off, std::abs(t.dx), std::abs(t.dy)});
   }
-  const io::Image p = filter_detail::pad(im, max_off, max_off, Border::clamp);
-  io::Image out = io::make_image(im.height, im.width, im.channels);
-  const int C = im.channels;
-  const std::size_t orow_len = static_cast<std::size_t>(im.width) * C;
-  const std::size_t prow_len = static_cast<std::size_t>(p.width) * C;
-  for (int y = 0; y < im.height; ++y) {
-    float* orow = &out.pixels[static_cast<std::size_t>(y) * orow_len];
-    for (int i = 0; i < width; ++i) {
-      const float w = static_cast<float>(k[static_cast<std::size_t>(i)] / total);
-      const float* src = &p.pixels[static_cast<std::size_t>(y + max_off + oy[static_cast<std::size_t>(i)]) * prow_len +
-                                   static_cast<std::size_t>(max_off + ox[static_cast<std::size_t>(i)]) * C];
-      filter_detail::axpy(orow, src, w, orow_len);
-    }
+  for (auto& t : taps) {  // offsets into the copy padded by max_off on every side
+    t.dy += max_off;
+    t.dx += max_off;
   }
-  return out;
+  return filter_detail::accumulate_taps(filter_detail::pad(im, max_off, max_off, Border::clamp), im.height, im.width, taps);
 }
 
 /// Bilinear sample of every channel at real coordinates (y, x) (pixel centres at integers),

@@ -188,6 +188,18 @@ inline void write_file_bytes(const std::filesystem::path& path, const std::vecto
   if (!out) throw ImageError(ImageErrorKind::Io, path.string(), "write failed");
 }
 
+
+// Converts the pixels stb decoded (8- or 16-bit, `full_scale` = the type's maximum) to an Image in
+// [0,1] and frees stb's buffer; a null buffer is stb's decode failure, reported with its reason.
+template <class StbPixel>
+Image adopt_stb_pixels(StbPixel* p, int h, int w, int c, float full_scale, const std::string& name) {
+  if (p == nullptr) throw ImageError(ImageErrorKind::Decode, name, stbi_failure_reason());
+  Image im{h, w, c, std::vector<float>(static_cast<std::size_t>(h) * w * c)};
+  for (std::size_t i = 0; i < im.pixels.size(); ++i) im.pixels[i] = static_cast<float>(p[i]) / full_scale;
+  stbi_image_free(p);
+  return im;
+}
+
 }  // namespace image_detail
 
 /// Decodes a JPEG/PNG/BMP/TGA/... held in memory. `channels` = 0 keeps the file's channel
@@ -204,23 +216,12 @@ inline Image decode_image(std::span<const std::uint8_t> bytes, int channels = 3,
   const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
   const int len = static_cast<int>(bytes.size());
   int w = 0, h = 0, file_channels = 0;
-  Image im;
   if (stbi_is_16_bit_from_memory(data, len)) {
     stbi_us* p = stbi_load_16_from_memory(data, len, &w, &h, &file_channels, channels);
-    if (p == nullptr) throw ImageError(ImageErrorKind::Decode, name, stbi_failure_reason());
-    const int c = channels == 0 ? file_channels : channels;
-    im = Image{h, w, c, std::vector<float>(static_cast<std::size_t>(h) * w * c)};
-    for (std::size_t i = 0; i < im.pixels.size(); ++i) im.pixels[i] = static_cast<float>(p[i]) / 65535.0f;
-    stbi_image_free(p);
-  } else {
-    stbi_uc* p = stbi_load_from_memory(data, len, &w, &h, &file_channels, channels);
-    if (p == nullptr) throw ImageError(ImageErrorKind::Decode, name, stbi_failure_reason());
-    const int c = channels == 0 ? file_channels : channels;
-    im = Image{h, w, c, std::vector<float>(static_cast<std::size_t>(h) * w * c)};
-    for (std::size_t i = 0; i < im.pixels.size(); ++i) im.pixels[i] = static_cast<float>(p[i]) / 255.0f;
-    stbi_image_free(p);
+    return image_detail::adopt_stb_pixels(p, h, w, channels == 0 ? file_channels : channels, 65535.0f, name);
   }
-  return im;
+  stbi_uc* p = stbi_load_from_memory(data, len, &w, &h, &file_channels, channels);
+  return image_detail::adopt_stb_pixels(p, h, w, channels == 0 ? file_channels : channels, 255.0f, name);
 }
 
 /// Reads and decodes an image file; errors name the file (missing, unreadable, corrupt).

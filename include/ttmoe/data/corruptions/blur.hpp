@@ -78,7 +78,7 @@ inline std::pair<std::vector<float>, int> defocus_disk(double radius, double ali
 /// borders). (radius, alias_blur) = {(3,.1),(4,.5),(6,.5),(8,.5),(10,.5)} (ImageNet-C) or
 /// {(.3,.4),(.4,.5),(.5,.6),(1,.2),(1.5,.1)} (CIFAR-10-C), both multiplied by the length scale.
 inline io::Image defocus_blur(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                          const CorruptionOptions& opt = {}) {
+                              const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::defocus_blur);
   if (severity == 0) return im;
   using P = std::array<double, 2>;
@@ -155,7 +155,7 @@ inline io::Image motion_blur(const io::Image& im, int severity, std::uint64_t se
 /// (.02,13),(.03,11)}, CIFAR-10-C {(.01,7),(.01,12),(.01,16),(.01,21),(.01,26)}. As in the
 /// reference the unzoomed image is counted twice (once as x, once as factor 1).
 inline io::Image zoom_blur(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                       const CorruptionOptions& opt = {}) {
+                           const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::zoom_blur);
   if (severity == 0) return im;
   struct P {

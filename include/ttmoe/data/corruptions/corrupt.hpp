@@ -3,7 +3,7 @@
 // behind one entry point:
 //
 //   namespace corruptions = ttmoe::data::corruptions;
-//   io::Image noisy = corruptions::corrupt(clean, corruptions::Corruption::fog, /*severity=*/3, /*seed=*/42);
+//   io::Image noisy = data::corruptions::corrupt(clean, data::corruptions::Corruption::fog, /*severity=*/3, /*seed=*/42);
 //
 // Severity 1..5 follows the published ImageNet-C tables (or the CIFAR-10-C ones for images of
 // 64 px and less); pixel-length parameters scale with the image size; each result is

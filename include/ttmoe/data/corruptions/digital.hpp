@@ -17,7 +17,7 @@ namespace ttmoe::data::corruptions {
 /// Contrast: (x - m) * c + m with m the per-channel mean over the image, c = {.4,.3,.2,.1,.05}
 /// (ImageNet-C) or {.75,.5,.4,.3,.15} (CIFAR-10-C).
 inline io::Image contrast(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                      const CorruptionOptions& opt = {}) {
+                          const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::contrast);
   if (severity == 0) return im;
   static constexpr std::array<double, 5> imagenet{.4, .3, .2, .1, .05};
@@ -107,7 +107,7 @@ inline io::Image elastic_transform(const io::Image& im, int severity, std::uint6
   for (int y = 0; y < H; ++y)
     for (int x = 0; x < W; ++x)
       data::sample_bilinear(warped, y + static_cast<double>(dy.at(y, x, 0)), x + static_cast<double>(dx.at(y, x, 0)),
-                              data::Border::reflect, &out.at(y, x, 0));
+                            data::Border::reflect, &out.at(y, x, 0));
   data::clip01(out);
   return out;
 }
@@ -116,7 +116,7 @@ inline io::Image elastic_transform(const io::Image& im, int severity, std::uint6
 /// blocky nearest-like enlargement), c = {.6,.5,.4,.3,.25} (ImageNet-C) or
 /// {.95,.9,.85,.75,.65} (CIFAR-10-C); relative, so no length scaling.
 inline io::Image pixelate(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                      const CorruptionOptions& opt = {}) {
+                          const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::pixelate);
   if (severity == 0) return im;
   static constexpr std::array<double, 5> imagenet{.6, .5, .4, .3, .25};
@@ -134,7 +134,7 @@ inline io::Image pixelate(const io::Image& im, int severity, std::uint64_t /*see
 /// (libjpeg); both use the IJG quantisation tables scaled by quality and 4:2:0 chroma, so the
 /// artefacts match closely though not bit for bit.
 inline io::Image jpeg_compression(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                              const CorruptionOptions& opt = {}) {
+                                  const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::jpeg_compression);
   if (severity == 0) return im;
   static constexpr std::array<int, 5> imagenet{25, 18, 15, 10, 7};

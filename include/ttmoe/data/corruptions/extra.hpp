@@ -36,7 +36,7 @@ inline io::Image speckle_noise(const io::Image& im, int severity, std::uint64_t 
 /// scikit-image gaussian(sigma, multichannel) per channel ('nearest' borders, truncate 4), sigma =
 /// {1,2,3,4,6} (ImageNet-C) or {.4,.6,.7,.8,1} (CIFAR-10-C), times the length scale.
 inline io::Image gaussian_blur(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                           const CorruptionOptions& opt = {}) {
+                               const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::gaussian_blur);
   if (severity == 0) return im;
   static constexpr std::array<double, 5> imagenet{1, 2, 3, 4, 6};
@@ -54,7 +54,7 @@ inline io::Image gaussian_blur(const io::Image& im, int severity, std::uint64_t 
 /// offset c1 of 4-5 tints it red, (v, v(1-c1), v(1-c1)), which is returned as its OpenCV gray value
 /// v (1 - 0.701 c1) so the output keeps the input's single channel.
 inline io::Image saturate(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                      const CorruptionOptions& opt = {}) {
+                          const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::saturate);
   if (severity == 0) return im;
   static constexpr std::array<std::array<double, 2>, 5> imagenet{{{.3, 0}, {.1, 0}, {2, 0}, {5, .1}, {20, .2}}};

@@ -326,7 +326,7 @@ inline io::Image fog(const io::Image& im, int severity, std::uint64_t seed, cons
 /// Equivalently each colour is scaled by min(V + c, 1) / V, so hue and saturation are kept.
 /// On 1-channel images V is the value itself.
 inline io::Image brightness(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                        const CorruptionOptions& opt = {}) {
+                            const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::brightness);
   if (severity == 0) return im;
   static constexpr std::array<double, 5> imagenet{.1, .2, .3, .4, .5};
