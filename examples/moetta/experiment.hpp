@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include <ttmoe/plot/heatmap.hpp>
-#include <ttmoe/plot/lines.hpp>
 #include <ttmoe/data/streams.hpp>
 #include <ttmoe/data/streams_loader.hpp>
+#include <ttmoe/plot/heatmap.hpp>
+#include <ttmoe/plot/lines.hpp>
 #include <ttmoe/ttmoe.hpp>  // the CPU backend the models run on
 #include <ttmoe/models/vit.hpp>
 #include <ttmoe/tta/tta.hpp>

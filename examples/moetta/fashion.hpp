@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include <ttmoe/nn/checkpoint.hpp>
 #include <ttmoe/data/corruptions/corrupt.hpp>
-#include <ttmoe/io/idx.hpp>
 #include <ttmoe/data/streams.hpp>
+#include <ttmoe/io/idx.hpp>
+#include <ttmoe/nn/checkpoint.hpp>
 #include <ttmoe/nn/loss.hpp>
 #include <ttmoe/nn/optim_adam.hpp>
 

@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
-#include <ttmoe/nn/checkpoint.hpp>
 #include <ttmoe/data/datasets.hpp>
 #include <ttmoe/data/datasets_transform.hpp>
 #include <ttmoe/data/streams.hpp>
+#include <ttmoe/nn/checkpoint.hpp>
 
 #include "args.hpp"
 #include "experiment.hpp"

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "synthetic_images.hpp"
-#include "ttmoe/io/image.hpp"
 #include "ttmoe/data/image_transforms.hpp"
+#include "ttmoe/io/image.hpp"
 
 #ifndef TTMOE_IMAGES_PYTHON
 #define TTMOE_IMAGES_PYTHON "/usr/bin/python3"

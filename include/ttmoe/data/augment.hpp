@@ -23,9 +23,9 @@
 #include <string>
 
 #include "ttmoe/data/datasets_transform.hpp"
-#include "ttmoe/io/image.hpp"
 #include "ttmoe/data/image_filters.hpp"
 #include "ttmoe/data/image_transforms.hpp"
+#include "ttmoe/io/image.hpp"
 
 namespace ttmoe::data {
 

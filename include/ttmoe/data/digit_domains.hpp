@@ -31,8 +31,8 @@
 #include "ttmoe/data/glyph_frame.hpp"
 #include "ttmoe/data/glyph_render.hpp"
 #include "ttmoe/data/image_transforms.hpp"
-#include "ttmoe/io/image.hpp"
 #include "ttmoe/data/seed_mix.hpp"
+#include "ttmoe/io/image.hpp"
 
 namespace ttmoe::data {
 

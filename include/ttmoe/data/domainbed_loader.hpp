@@ -23,9 +23,9 @@
 #include "ttmoe/data/augment.hpp"
 #include "ttmoe/data/domainbed.hpp"
 #include "ttmoe/data/domainbed_split.hpp"
-#include "ttmoe/io/image.hpp"
 #include "ttmoe/data/seed_mix.hpp"
 #include "ttmoe/data/streams_loader.hpp"
+#include "ttmoe/io/image.hpp"
 
 namespace ttmoe::data {
 

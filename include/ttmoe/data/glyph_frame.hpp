@@ -13,9 +13,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "ttmoe/io/image.hpp"
 #include "ttmoe/data/image_filters.hpp"
 #include "ttmoe/data/image_transforms.hpp"
+#include "ttmoe/io/image.hpp"
 
 namespace ttmoe::data {
 

@@ -2,6 +2,7 @@
 // a ViT consumes (to_chw_normalized), the last step before pixels become a model's input.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "ttmoe/data/corruptions/common.hpp"
-#include "ttmoe/io/image.hpp"
 #include "ttmoe/data/image_filters.hpp"
+#include "ttmoe/io/image.hpp"
 
 namespace ttmoe::data::corruptions {
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "ttmoe/data/corruptions/common.hpp"
-#include "ttmoe/io/image.hpp"
 #include "ttmoe/data/image_filters.hpp"
 #include "ttmoe/data/image_transforms.hpp"
+#include "ttmoe/io/image.hpp"
 
 namespace ttmoe::data::corruptions {
 
