@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "../common.hpp"
-#include "ttmoe/io/augment.hpp"
-#include "ttmoe/io/digit_domains.hpp"
+#include "ttmoe/data/augment.hpp"
+#include "ttmoe/data/digit_domains.hpp"
 
 using namespace ttmoe;
-using namespace ttmoe::io;
+using namespace ttmoe::data;
 
 int main(int argc, char** argv) {
   int images = 96, runs = 5;
@@ -27,14 +27,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
   }
   // A photo-like 227x227 JPEG: smooth colour gradients plus fine texture, quality 90.
-  Image src = make_image(227, 227, 3);
+  io::Image src = io::make_image(227, 227, 3);
   std::mt19937 noise(1);
   std::uniform_real_distribution<float> u(-0.05f, 0.05f);
   for (int y = 0; y < 227; ++y)
     for (int x = 0; x < 227; ++x)
       for (int c = 0; c < 3; ++c)
         src.at(y, x, c) = std::clamp(0.5f + 0.4f * float(std::sin(0.03 * x * (c + 1) + 0.05 * y)) + u(noise), 0.0f, 1.0f);
-  const auto jpeg = encode_jpeg(src, 90);
+  const auto jpeg = io::encode_jpeg(src, 90);
 
   TrainAugment aug;
   EvalTransform ev;
@@ -43,10 +43,10 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(0);
   for (int r = 0; r < runs + 1; ++r) {  // the first run warms up
     auto t0 = bench::Clock::now();
-    for (int i = 0; i < images; ++i) augment_into(decode_image(jpeg, 3), aug, rng, out);
+    for (int i = 0; i < images; ++i) augment_into(io::decode_image(jpeg, 3), aug, rng, out);
     const double a = bench::seconds_since(t0);
     t0 = bench::Clock::now();
-    for (int i = 0; i < images; ++i) eval_transform_into(decode_image(jpeg, 3), ev, out);
+    for (int i = 0; i < images; ++i) eval_transform_into(io::decode_image(jpeg, 3), ev, out);
     const double e = bench::seconds_since(t0);
     if (r > 0) {
       t_aug.push_back(a);

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include <ttmoe/io/plot_lines.hpp>
+#include <ttmoe/plot/lines.hpp>
 #include <ttmoe/tta/metrics.hpp>
 #include <ttmoe/tta/registry.hpp>
 

@@ -96,7 +96,7 @@ inline std::unique_ptr<CLI::App> make_app(Options& o) {
                   "mean (0.485, 0.456, 0.406) / std (0.229, 0.224, 0.225) for torchvision's)")
       ->type_name("N")
       ->check(CLI::IsMember({"auto", "imagenet", "half"}));
-  // io::parse_setting checks the value (one list of settings, in the library).
+  // data::parse_setting checks the value (one list of settings, in the library).
   app->add_option("--setting", o.setting, "classical | potpourri | potpourri+")->type_name("S");
   std::vector<std::string> method_choices{"all"};
   for (const auto& k : ttmoe::tta::method_keys()) method_choices.push_back(k);

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include <ttmoe/io/plot_heatmap.hpp>
-#include <ttmoe/io/streams.hpp>
-#include <ttmoe/io/streams_loader.hpp>
+#include <ttmoe/data/streams.hpp>
+#include <ttmoe/data/streams_loader.hpp>
+#include <ttmoe/plot/heatmap.hpp>
 #include <ttmoe/ttmoe.hpp>  // the CPU backend the models run on
 #include <ttmoe/models/vit.hpp>
 #include <ttmoe/tta/tta.hpp>
@@ -53,11 +53,11 @@ struct Geometry {
 /// A tta::BatchSource over `stream`, batches of `batch` items assembled on a background thread by
 /// `fill(item, out)` (which writes one preprocessed image of g.floats() floats). The loader is owned
 /// by the returned callable, so it lives exactly as long as the stream is being consumed.
-inline tta::BatchSource<float> loader_source(const io::Stream& stream, index_t batch, Geometry g,
-                                             std::function<void(const io::StreamItem&, float*)> fill,
+inline tta::BatchSource<float> loader_source(const data::Stream& stream, index_t batch, Geometry g,
+                                             std::function<void(const data::StreamItem&, float*)> fill,
                                              std::size_t capacity = 4) {
   const std::size_t n = stream.items.size(), nb = (n + std::size_t(batch) - 1) / std::size_t(batch);
-  auto items = std::make_shared<std::vector<io::StreamItem>>(stream.items);
+  auto items = std::make_shared<std::vector<data::StreamItem>>(stream.items);
   auto produce = [items, batch, g, fill](std::size_t i) {
     const std::size_t b0 = i * std::size_t(batch), b1 = std::min(items->size(), b0 + std::size_t(batch));
     tta::Batch<float> out;
@@ -69,7 +69,7 @@ inline tta::BatchSource<float> loader_source(const io::Stream& stream, index_t b
     }
     return out;
   };
-  auto loader = std::make_shared<io::BackgroundLoader<tta::Batch<float>>>(nb, produce, capacity);
+  auto loader = std::make_shared<data::BackgroundLoader<tta::Batch<float>>>(nb, produce, capacity);
   return [loader]() { return loader->next(); };
 }
 

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include <ttmoe/nn/checkpoint.hpp>
-#include <ttmoe/io/corruptions.hpp>
+#include <ttmoe/data/corruptions/corrupt.hpp>
+#include <ttmoe/data/streams.hpp>
 #include <ttmoe/io/idx.hpp>
-#include <ttmoe/io/streams.hpp>
+#include <ttmoe/nn/checkpoint.hpp>
 #include <ttmoe/nn/loss.hpp>
 #include <ttmoe/nn/optim_adam.hpp>
 #include <ttmoe/training/loop.hpp>
@@ -59,8 +59,8 @@ struct FashionSetup {
 using examples_common::cache_dir;
 
 /// Gray [0,1] image n of a split.
-inline Image fashion_image(const io::FashionMnistSplit& s, std::size_t n) {
-  Image im = make_image(int(s.height), int(s.width), 1);
+inline io::Image fashion_image(const io::FashionMnistSplit& s, std::size_t n) {
+  io::Image im = io::make_image(int(s.height), int(s.width), 1);
   const std::size_t px = s.height * s.width;
   for (std::size_t i = 0; i < px; ++i) im.pixels[i] = float(s.pixels[n * px + i]) / 255.0f;
   return im;
@@ -116,7 +116,7 @@ inline Model train_fashion(const io::FashionMnistSplit& train, const FashionSetu
   auto next = [&](std::size_t step, std::size_t) {
     const std::size_t it = step % steps_per_epoch;
     if (it == 0) {  // a new epoch: reshuffle, restart the running figures
-      io::portable_shuffle(order, g);
+      data::portable_shuffle(order, g);
       run_loss = run_correct = run_n = 0;
     }
     Batch b{Images(DynShape<4>(f.batch, 1, index_t(train.height), index_t(W))), std::vector<std::int64_t>(std::size_t(f.batch))};
@@ -236,8 +236,8 @@ inline std::filesystem::path ensure_fashion_model(const FashionSetup& f, const s
 
 /// Sketch-like rendition: Sobel gradient magnitude (an edge map), inverted so edges are dark lines
 /// on white paper, like ImageNet-Sketch's pencil drawings.
-inline Image sketch(const Image& im) {
-  Image out = make_image(im.height, im.width, 1);
+inline io::Image sketch(const io::Image& im) {
+  io::Image out = io::make_image(im.height, im.width, 1);
   auto at = [&](int y, int x) { return im.at(std::clamp(y, 0, im.height - 1), std::clamp(x, 0, im.width - 1), 0); };
   for (int y = 0; y < im.height; ++y)
     for (int x = 0; x < im.width; ++x) {
@@ -249,8 +249,8 @@ inline Image sketch(const Image& im) {
 }
 
 /// Photographic negative.
-inline Image inverted(const Image& im) {
-  Image out = im;
+inline io::Image inverted(const io::Image& im) {
+  io::Image out = im;
   for (auto& v : out.pixels) v = 1.0f - v;
   return out;
 }
@@ -259,18 +259,18 @@ inline Image inverted(const Image& im) {
 /// (`seed` mixes the stream seed, the domain and the image, so each image has its own noise).
 struct FashionDomain {
   std::string name;
-  std::function<Image(const Image&, std::uint64_t seed)> apply;
+  std::function<io::Image(const io::Image&, std::uint64_t seed)> apply;
 };
 
 /// The test domains: the 15 ImageNet-C corruptions at `severity`, then "sketch" and "inverted".
 inline std::vector<FashionDomain> fashion_test_domains(int severity) {
   std::vector<FashionDomain> d;
-  for (auto c : all_corruptions)
-    d.push_back({std::string(corruption_name(c)), [c, severity](const Image& im, std::uint64_t s) {
-                   return corrupt(im, c, severity, s);
+  for (auto c : data::corruptions::all_corruptions)
+    d.push_back({std::string(data::corruptions::corruption_name(c)), [c, severity](const io::Image& im, std::uint64_t s) {
+                   return data::corruptions::corrupt(im, c, severity, s);
                  }});
-  d.push_back({"sketch", [](const Image& im, std::uint64_t) { return sketch(im); }});
-  d.push_back({"inverted", [](const Image& im, std::uint64_t) { return inverted(im); }});
+  d.push_back({"sketch", [](const io::Image& im, std::uint64_t) { return sketch(im); }});
+  d.push_back({"inverted", [](const io::Image& im, std::uint64_t) { return inverted(im); }});
   return d;
 }
 
@@ -278,9 +278,9 @@ inline std::vector<FashionDomain> fashion_test_domains(int severity) {
 /// spatter, saturate) at `severity`, disjoint from every test domain.
 inline std::vector<FashionDomain> fashion_validation_domains(int severity) {
   std::vector<FashionDomain> d;
-  for (auto c : extra_corruptions)
-    d.push_back({std::string(corruption_name(c)), [c, severity](const Image& im, std::uint64_t s) {
-                   return corrupt(im, c, severity, s);
+  for (auto c : data::corruptions::extra_corruptions)
+    d.push_back({std::string(data::corruptions::corruption_name(c)), [c, severity](const io::Image& im, std::uint64_t s) {
+                   return data::corruptions::corrupt(im, c, severity, s);
                  }});
   return d;
 }
@@ -294,7 +294,7 @@ inline std::vector<std::string> domain_names(const std::vector<FashionDomain>& d
 
 /// A mixed stream plus its images (normalised, H*W floats each, indexed by StreamItem::ref).
 struct FashionStream {
-  io::Stream stream;
+  data::Stream stream;
   std::vector<float> pixels;
 };
 
@@ -310,23 +310,23 @@ inline FashionStream make_fashion_stream(const io::FashionMnistSplit& split, std
   std::vector<std::size_t> idx(count);
   std::iota(idx.begin(), idx.end(), first);
   std::mt19937_64 g(2024);
-  io::portable_shuffle(idx, g);
+  data::portable_shuffle(idx, g);
   const std::size_t part = count / domains.size(), take = per_domain ? std::min(per_domain, part) : part;
   const std::size_t px = split.height * split.width;
   FashionStream fs;
   fs.pixels.reserve(take * domains.size() * px);
-  std::vector<io::DomainItems> mixed;
+  std::vector<data::DomainItems> mixed;
   for (std::size_t d = 0; d < domains.size(); ++d) {
-    std::vector<io::StreamItem> items;
+    std::vector<data::StreamItem> items;
     for (std::size_t k = 0; k < take; ++k) {
       const std::size_t n = idx[d * part + k];
-      const Image x = domains[d].apply(fashion_image(split, n), seed * 1000003ull + d * 100003ull + n);
+      const io::Image x = domains[d].apply(fashion_image(split, n), seed * 1000003ull + d * 100003ull + n);
       items.push_back({fs.pixels.size() / px, split.labels[n], 0});
       for (float v : x.pixels) fs.pixels.push_back((v - f.mean) / f.std);
     }
     mixed.push_back({domains[d].name, std::move(items)});
   }
-  fs.stream = io::mix_domains(mixed, seed);
+  fs.stream = data::mix_domains(mixed, seed);
   return fs;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Full scale: ViT-B/16 from a timm or torchvision safetensors checkpoint on ImageNet-C (+ R, Sketch,
-// A, val), the classical / potpourri / potpourri+ streams (io::setting_domains decides which folders
+// A, val), the classical / potpourri / potpourri+ streams (data::setting_domains decides which folders
 // each needs), normalised per checkpoint (--normalize), printed as the paper's Table-1 row.
 
 #include <fmt/format.h>
@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include <ttmoe/data/datasets.hpp>
+#include <ttmoe/data/datasets_transform.hpp>
+#include <ttmoe/data/streams.hpp>
 #include <ttmoe/nn/checkpoint.hpp>
-#include <ttmoe/io/datasets.hpp>
-#include <ttmoe/io/datasets_transform.hpp>
-#include <ttmoe/io/streams.hpp>
 
 #include "args.hpp"
 #include "experiment.hpp"
@@ -40,12 +40,12 @@ inline io::NameMap detect_names(const io::SafetensorsFile& f) {
 /// auto: timm key names -> mean = std = 0.5 (the augreg ViT-B/16 the paper uses; a DeiT-style timm
 /// checkpoint trained with ImageNet statistics needs --normalize imagenet), torchvision -> the ImageNet
 /// statistics its vit_b_16 weights were trained with.
-inline std::pair<io::Normalization, std::string> choose_normalization(CheckpointLayout layout, const std::string& choice) {
+inline std::pair<data::Normalization, std::string> choose_normalization(CheckpointLayout layout, const std::string& choice) {
   const std::string kind = layout == CheckpointLayout::timm ? "timm key names" : "torchvision vit_b_16 key names";
-  if (choice != "auto") return {io::normalization_by_name(choice), "--normalize " + choice + ", checkpoint has " + kind};
+  if (choice != "auto") return {data::normalization_by_name(choice), "--normalize " + choice + ", checkpoint has " + kind};
   if (layout == CheckpointLayout::timm)
-    return {io::half_normalization(), "auto: " + kind + " (augreg ViT-B/16); --normalize imagenet overrides"};
-  return {io::imagenet_normalization(), "auto: " + kind + "; --normalize half overrides"};
+    return {data::half_normalization(), "auto: " + kind + " (augreg ViT-B/16); --normalize imagenet overrides"};
+  return {data::imagenet_normalization(), "auto: " + kind + "; --normalize half overrides"};
 }
 
 /// A fresh ViT-B/16 with the checkpoint's weights.
@@ -61,17 +61,17 @@ inline Model load_vit_b16(const std::filesystem::path& path) {
 inline int run_imagenet(const Options& o) {
   if (!std::filesystem::exists(*o.checkpoint))  // fail before the (slow) folder scans
     throw std::runtime_error("--checkpoint: file " + *o.checkpoint + " does not exist");
-  const auto setting = io::parse_setting(o.setting);
+  const auto setting = data::parse_setting(o.setting);
   const auto methods = selected_methods(o);
   const auto chosen = [&] {
     io::SafetensorsFile f(*o.checkpoint);
     return choose_normalization(detect_layout(f), o.normalize);
   }();
-  const io::Normalization& norm = chosen.first;
+  const data::Normalization& norm = chosen.first;
   fmt::print("normalisation: {} ({})\n", norm.describe(), chosen.second);
   // The setting's domains from the folders given (essential ones missing: an error; optional ones
   // missing: a warning on stderr).
-  io::SettingFolders folders;
+  data::SettingFolders folders;
   auto as_path = [](const std::optional<std::string>& s) -> std::optional<std::filesystem::path> {
     if (!s) return std::nullopt;
     return std::filesystem::path(*s);
@@ -82,74 +82,74 @@ inline int run_imagenet(const Options& o) {
   folders.imagenet_a = as_path(o.imagenet_a);
   folders.imagenet_val = as_path(o.imagenet_val);
   std::vector<std::string> corr;
-  for (auto c : all_corruptions) corr.emplace_back(corruption_name(c));
-  const auto plan = io::setting_domains(setting, folders, corr, o.severity);
+  for (auto c : data::corruptions::all_corruptions) corr.emplace_back(data::corruptions::corruption_name(c));
+  const auto plan = data::setting_domains(setting, folders, corr, o.severity);
   for (const auto& w : plan.warnings) fmt::print(stderr, "warning: {}\n", w);
   // Domains: files table + per-domain preprocessing.
   std::vector<std::filesystem::path> files;
-  std::vector<io::DomainItems> domains;
+  std::vector<data::DomainItems> domains;
   std::vector<int> domain_is_c;
   std::optional<std::vector<std::string>> classes;  // the 1000 wnids, resolved on first need
-  std::optional<io::ClassFolderDataset> val;         // the validation set, scanned once
-  auto scan_val = [&]() -> const io::ClassFolderDataset& {
-    if (!val) val = io::scan_class_folders(*o.imagenet_val, {}, "--imagenet-val");
+  std::optional<data::ClassFolderDataset> val;         // the validation set, scanned once
+  auto scan_val = [&]() -> const data::ClassFolderDataset& {
+    if (!val) val = data::scan_class_folders(*o.imagenet_val, {}, "--imagenet-val");
     return *val;
   };
   for (const auto& spec : plan.domains) {
-    const std::string what = spec.kind == io::DomainKind::corruption ? "--imagenet-c " + spec.name : "--" + spec.name;
-    io::ClassFolderDataset ds;
-    if (spec.kind == io::DomainKind::clean) {
+    const std::string what = spec.kind == data::DomainKind::corruption ? "--imagenet-c " + spec.name : "--" + spec.name;
+    data::ClassFolderDataset ds;
+    if (spec.kind == data::DomainKind::clean) {
       ds = scan_val();
-    } else if (io::needs_class_list(spec.kind)) {
+    } else if (data::needs_class_list(spec.kind)) {
       if (!classes) {
-        io::ClassListSources src;
+        data::ClassListSources src;
         if (o.imagenet_classes) src.classes_file = *o.imagenet_classes;
         if (o.imagenet_val) src.full_class_dirs.push_back(*o.imagenet_val);
         src.full_class_dirs.push_back(plan.domains.front().folder);  // an ImageNet-C corruption: 1000 folders
-        classes = io::imagenet_class_list(src);
+        classes = data::imagenet_class_list(src);
       }
-      ds = io::scan_class_folders(spec.folder, *classes, what);
+      ds = data::scan_class_folders(spec.folder, *classes, what);
     } else {
-      ds = io::scan_class_folders(spec.folder, {}, what);
+      ds = data::scan_class_folders(spec.folder, {}, what);
     }
-    io::DomainItems d{spec.name, {}};
+    data::DomainItems d{spec.name, {}};
     for (const auto& f : ds.files) {
       d.items.push_back({files.size(), f.label, 0});
       files.push_back(f.path);
     }
-    d.items = io::subsample(d.items, o.limit, 7 + domains.size());  // same subset for every seed
+    d.items = data::subsample(d.items, o.limit, 7 + domains.size());  // same subset for every seed
     domains.push_back(std::move(d));
-    domain_is_c.push_back(spec.kind == io::DomainKind::corruption);
+    domain_is_c.push_back(spec.kind == data::DomainKind::corruption);
   }
   std::vector<Images> fisher;
   if (o.imagenet_val) {
     // EATA's Fisher: 2000 clean validation images (a fixed random subset).
     const auto& v = scan_val();
-    std::vector<io::StreamItem> all;
+    std::vector<data::StreamItem> all;
     for (std::size_t i = 0; i < v.files.size(); ++i) all.push_back({i, v.files[i].label, 0});
-    const auto pick = io::subsample(all, 2000, 99);
-    const auto pre = io::imagenet_preprocess(norm);
+    const auto pick = data::subsample(all, 2000, 99);
+    const auto pre = data::imagenet_preprocess(norm);
     for (std::size_t b0 = 0; b0 < pick.size(); b0 += std::size_t(o.batch_size)) {
       const std::size_t n = std::min(pick.size() - b0, std::size_t(o.batch_size));
       Images x(DynShape<4>(index_t(n), 3, 224, 224));
       for (std::size_t k = 0; k < n; ++k)
-        io::load_preprocessed(v.files[pick[b0 + k].ref].path, pre,
-                              std::span<float>(x.data() + k * pre.image_floats(), pre.image_floats()));
+        data::load_preprocessed(v.files[pick[b0 + k].ref].path, pre,
+                                std::span<float>(x.data() + k * pre.image_floats(), pre.image_floats()));
       fisher.push_back(x);
     }
   } else if (std::any_of(methods.begin(), methods.end(), [](const std::string& m) { return tta::method_info(m).needs_fisher; })) {
     fmt::print(stderr, "note: no --imagenet-val: EATA runs without its Fisher regulariser (ETA)\n");
   }
-  const auto pre_c = io::imagenet_c_preprocess(norm), pre_n = io::imagenet_preprocess(norm);
+  const auto pre_c = data::imagenet_c_preprocess(norm), pre_n = data::imagenet_preprocess(norm);
   const Geometry geo{3, 224, 224};
-  auto fill = [&](const io::StreamItem& it, float* out) {
-    io::load_preprocessed(files[it.ref], domain_is_c[std::size_t(it.domain)] ? pre_c : pre_n,
-                          std::span<float>(out, geo.floats()));
+  auto fill = [&](const data::StreamItem& it, float* out) {
+    data::load_preprocessed(files[it.ref], domain_is_c[std::size_t(it.domain)] ? pre_c : pre_n,
+                            std::span<float>(out, geo.floats()));
   };
   Results res;
   const HyperSet paper = tta_common::paper_defaults();  // full scale: the papers' settings, unchanged
   for (const auto seed : o.seeds) {
-    const auto stream = io::mix_domains(domains, seed);
+    const auto stream = data::mix_domains(domains, seed);
     const std::size_t nb = (stream.items.size() + std::size_t(o.batch_size) - 1) / std::size_t(o.batch_size);
     fmt::print("seed {}: {} images in {} domains, {} batches\n", seed, stream.items.size(), domains.size(), nb);
     for (const auto& m : methods) {

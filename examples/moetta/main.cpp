@@ -38,7 +38,7 @@ Results run_all(const std::vector<std::string>& methods, const std::vector<std::
     fmt::print(stderr, "seed {}: stream of {} images built in {:.1f} s\n", seed, fs.stream.items.size(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     const std::size_t nb = (fs.stream.items.size() + std::size_t(o.batch_size) - 1) / std::size_t(o.batch_size);
-    auto fill = [&fs, &geo](const io::StreamItem& it, float* out) {
+    auto fill = [&fs, &geo](const data::StreamItem& it, float* out) {
       std::copy_n(fs.pixels.data() + it.ref * geo.floats(), geo.floats(), out);
     };
     for (const auto& m : methods) {
@@ -104,7 +104,7 @@ inline int run_fashion(const Options& o) {
                fmt::join(domain_names(val_domains), ", "), o.severity, vs.stream.items.size(), f.holdout,
                kValidationSeed);
     const std::size_t nb = (vs.stream.items.size() + std::size_t(o.batch_size) - 1) / std::size_t(o.batch_size);
-    auto fill = [&vs, &geo](const io::StreamItem& it, float* out) {
+    auto fill = [&vs, &geo](const data::StreamItem& it, float* out) {
       std::copy_n(vs.pixels.data() + it.ref * geo.floats(), geo.floats(), out);
     };
     std::vector<tta_common::Trial> trials;
@@ -140,7 +140,7 @@ inline int run_fashion(const Options& o) {
   const auto test_domains = fashion_test_domains(o.severity);
   fmt::print("\nTest stream: the {} Fashion-MNIST test images dealt into {} domains ({} corruptions at severity {}, "
              "sketch, inverted){}, shuffled per seed; batch {}\n",
-             test.count, test_domains.size(), all_corruptions.size(), o.severity,
+             test.count, test_domains.size(), data::corruptions::all_corruptions.size(), o.severity,
              o.limit ? fmt::format(", at most {} per domain", o.limit) : std::string(), o.batch_size);
   std::filesystem::create_directories(o.out_dir);
   const auto sim_png = std::filesystem::path(o.out_dir) / "moetta_expert_similarity.png";

@@ -26,7 +26,7 @@ struct TempDir {
 /// Writes a tiny w x h RGB image whose pixels encode `value` (as PNG or JPEG by extension).
 inline void write_tiny_image(const std::filesystem::path& p, float value, int w = 8, int h = 6) {
   std::filesystem::create_directories(p.parent_path());
-  ttmoe::Image im = ttmoe::make_image(h, w, 3, value);
-  if (p.extension() == ".png") ttmoe::save_png(im, p);
-  else ttmoe::save_jpeg(im, p, 95);
+  ttmoe::io::Image im = ttmoe::io::make_image(h, w, 3, value);
+  if (p.extension() == ".png") ttmoe::io::save_png(im, p);
+  else ttmoe::io::save_jpeg(im, p, 95);
 }

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include <ttmoe/io/datasets.hpp>
-#include <ttmoe/io/datasets_transform.hpp>
+#include <ttmoe/data/datasets.hpp>
+#include <ttmoe/data/datasets_transform.hpp>
 
 #include "temp_dir.hpp"
 
 using namespace ttmoe;
-using namespace ttmoe::io;
+using namespace ttmoe::data;
 
 namespace {
 // 1000 fake wnids "n00000000".."n00000999", sorted = index order.
@@ -118,10 +118,10 @@ TEST_CASE("ImageNet-C layout: DIR/<corruption>/<severity>/<wnid>/*.JPEG discover
 TEST_CASE("preprocess: resize shorter side + centre crop + per-channel normalisation, CHW", "[data]") {
   TempDir t;
   const auto p = t.path / "a.png";
-  Image im = make_image(20, 30, 3, 0.0f);
+  io::Image im = io::make_image(20, 30, 3, 0.0f);
   for (int y = 0; y < 20; ++y)
     for (int x = 0; x < 30; ++x) im.at(y, x, 0) = 1.0f, im.at(y, x, 1) = 0.5f, im.at(y, x, 2) = float(x < 15);
-  save_png(im, p);
+  io::save_png(im, p);
   Preprocess pre{10, 8, 3, {0.5f, 0.5f, 0.5f}, {0.5f, 0.25f, 0.5f}};
   std::vector<float> out(pre.image_floats());
   load_preprocessed(p, pre, out);
@@ -132,7 +132,7 @@ TEST_CASE("preprocess: resize shorter side + centre crop + per-channel normalisa
   Preprocess too_big{0, 64, 3, {}, {}};
   std::vector<float> o2(too_big.image_floats());
   CHECK_THROWS_WITH(load_preprocessed(p, too_big, o2), Catch::Contains("smaller than"));
-  CHECK_THROWS_AS(load_preprocessed(t.path / "missing.png", pre, out), ImageError);
+  CHECK_THROWS_AS(load_preprocessed(t.path / "missing.png", pre, out), io::ImageError);
 }
 
 TEST_CASE("normalisation per checkpoint: half (timm augreg) and ImageNet statistics (torchvision)", "[data]") {
@@ -151,10 +151,10 @@ TEST_CASE("normalisation per checkpoint: half (timm augreg) and ImageNet statist
   // The statistics reach the pixels: a flat (1, 0.5, 0) image through both presets.
   TempDir t;
   const auto p = t.path / "flat.png";
-  Image im = make_image(12, 12, 3, 0.0f);
+  io::Image im = io::make_image(12, 12, 3, 0.0f);
   for (int y = 0; y < 12; ++y)
     for (int x = 0; x < 12; ++x) im.at(y, x, 0) = 1.0f, im.at(y, x, 1) = 0.5f, im.at(y, x, 2) = 0.0f;
-  save_png(im, p);
+  io::save_png(im, p);
   auto pre_i = imagenet_preprocess(inet), pre_h = imagenet_c_preprocess(half);
   CHECK(pre_i.resize_shorter == 256);
   CHECK(pre_h.resize_shorter == 0);

@@ -6,13 +6,13 @@
 
 #include <cmath>
 
-#include <ttmoe/io/digit_domains.hpp>
-#include <ttmoe/io/domainbed.hpp>
+#include <ttmoe/data/digit_domains.hpp>
+#include <ttmoe/data/domainbed.hpp>
 
 #include "temp_dir.hpp"
 
 using namespace ttmoe;
-using namespace ttmoe::io;
+using namespace ttmoe::data;
 
 namespace {
 // Small but complete: every domain, every font, a few samples per class.
@@ -41,10 +41,10 @@ TEST_CASE("digits: OpenCV's sheet gives 5,000 cells, 500 per digit, each with in
 TEST_CASE("digits: a glyph is framed by its bounding box, centred, longer side 20 of 28", "[data][digits]") {
   std::mt19937_64 rng(1);
   // An off-centre 30x10 bar in a 100x80 image: after framing it is 20 tall, about 7 wide, centred.
-  Image g = make_image(100, 80, 1, 0.0f);
+  io::Image g = io::make_image(100, 80, 1, 0.0f);
   for (int y = 5; y < 35; ++y)
     for (int x = 60; x < 70; ++x) g.at(y, x, 0) = 1.0f;
-  const Image f = frame_glyph(g, rng, GlyphJitter{0, 0, 0, 0});
+  const io::Image f = frame_glyph(g, rng, GlyphJitter{0, 0, 0, 0});
   CHECK(f.height == 28);
   CHECK(f.width == 28);
   const auto b = ink_bounding_box(f, 0.5f);
@@ -52,12 +52,12 @@ TEST_CASE("digits: a glyph is framed by its bounding box, centred, longer side 2
   CHECK(std::abs(b.width() - 7) <= 1);
   CHECK(std::fabs(centre_of_box(b, true) - 13.5) <= 0.5);
   CHECK(std::fabs(centre_of_box(b, false) - 13.5) <= 0.5);
-  CHECK_THROWS_AS(frame_glyph(make_image(10, 10, 1, 0.0f), rng), std::invalid_argument);
+  CHECK_THROWS_AS(frame_glyph(io::make_image(10, 10, 1, 0.0f), rng), std::invalid_argument);
 
   // Real font glyphs, no jitter: the same box and centring for a wide and a narrow digit.
   const FontFace face(default_digit_domains()[3].fonts[0].file);
   for (char32_t c : {U'0', U'1', U'8'}) {
-    const Image fr = frame_glyph(face.render(c), rng, GlyphJitter{0, 0, 0, 0});
+    const io::Image fr = frame_glyph(face.render(c), rng, GlyphJitter{0, 0, 0, 0});
     const auto bb = ink_bounding_box(fr, 0.3f);
     CHECK(std::max(bb.height(), bb.width()) >= 19);
     CHECK(std::max(bb.height(), bb.width()) <= 20);
@@ -66,7 +66,7 @@ TEST_CASE("digits: a glyph is framed by its bounding box, centred, longer side 2
   }
   // With the default jitter the ink stays inside the frame and near its centre.
   for (int k = 0; k < 50; ++k) {
-    const Image j = frame_glyph(face.render(U'7'), rng);
+    const io::Image j = frame_glyph(face.render(U'7'), rng);
     const auto bb = ink_bounding_box(j, 0.3f);
     CHECK(bb.top >= 1);
     CHECK(bb.bottom <= 27);
@@ -126,7 +126,7 @@ TEST_CASE("digits: written in DomainBed's layout, read back by the scanner, cach
   for (const auto& e : ds.environments) CHECK(e.files.size() == 30);
   // The PNG holds the built image up to 8-bit rounding.
   const auto built = build_digit_set(o);
-  const Image back = load_image(ds.environments[2].files[4].path, 1);
+  const io::Image back = io::load_image(ds.environments[2].files[4].path, 1);
   REQUIRE(back.pixels.size() == 784);
   for (std::size_t i = 0; i < 784; ++i) REQUIRE(std::fabs(back.pixels[i] - built[2].images[4].pixels[i]) <= 0.5f / 255.0f + 1e-6f);
   // Same recipe: nothing rebuilt (the marker file survives); another recipe: rebuilt.

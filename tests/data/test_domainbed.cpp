@@ -8,15 +8,15 @@
 #include <cmath>
 #include <set>
 
-#include <ttmoe/io/augment.hpp>
-#include <ttmoe/io/domainbed.hpp>
-#include <ttmoe/io/domainbed_loader.hpp>
-#include <ttmoe/io/domainbed_split.hpp>
+#include <ttmoe/data/augment.hpp>
+#include <ttmoe/data/domainbed.hpp>
+#include <ttmoe/data/domainbed_loader.hpp>
+#include <ttmoe/data/domainbed_split.hpp>
 
 #include "temp_dir.hpp"
 
 using namespace ttmoe;
-using namespace ttmoe::io;
+using namespace ttmoe::data;
 namespace fs = std::filesystem;
 
 namespace {
@@ -231,8 +231,8 @@ TEST_CASE("domainbed batches: an unreadable image fails the batch with the file'
   try {
     evaluation_batch(ds, 0, all, EvalTransform{8, half_normalization()}, 3, 8, 0);
     FAIL("no error");
-  } catch (const ImageError& e) {
-    CHECK(e.kind() == ImageErrorKind::Decode);
+  } catch (const io::ImageError& e) {
+    CHECK(e.kind() == io::ImageErrorKind::Decode);
     CHECK(e.source().find("broken.jpg") != std::string::npos);
   }
   const auto ok = evaluation_batch(ds, 1, {0, 1}, EvalTransform{8, half_normalization()}, 3, 8, 0);
@@ -240,7 +240,7 @@ TEST_CASE("domainbed batches: an unreadable image fails the batch with the file'
   // Through the background loader the error arrives at the batch that needed the file.
   auto ev = evaluation_stream(ds, 0, all, EvalTransform{8, half_normalization()}, 3, 2);
   CHECK(ev.next()->size() == 2);  // 0.png, 1.png
-  CHECK_THROWS_AS(ev.next(), ImageError);
+  CHECK_THROWS_AS(ev.next(), io::ImageError);
 }
 
 TEST_CASE("augment: crop box inside the image with area fraction and ratio in range", "[data][augment]") {
@@ -264,7 +264,7 @@ TEST_CASE("augment: crop box inside the image with area fraction and ratio in ra
 }
 
 TEST_CASE("augment: output shape, range, flip and grayscale probabilities", "[data][augment]") {
-  Image im = make_image(40, 50, 3);
+  io::Image im = io::make_image(40, 50, 3);
   for (int y = 0; y < 40; ++y)
     for (int x = 0; x < 50; ++x) {
       im.at(y, x, 0) = float(x) / 49.0f;
@@ -277,7 +277,7 @@ TEST_CASE("augment: output shape, range, flip and grayscale probabilities", "[da
   int gray = 0;
   const int n = 600;
   for (int k = 0; k < n; ++k) {
-    const Image x = augment_image(im, a, rng);
+    const io::Image x = augment_image(im, a, rng);
     REQUIRE(x.height == 24);
     REQUIRE(x.channels == 3);
     for (float v : x.pixels) REQUIRE((v >= 0.0f && v <= 1.0f));
@@ -293,7 +293,7 @@ TEST_CASE("augment: output shape, range, flip and grayscale probabilities", "[da
   a.scale_min = 1.0;  // full crop: only the flip remains (plus a 50x40 -> 24x24 resize)
   int flipped = 0;
   for (int k = 0; k < n; ++k) {
-    const Image x = augment_image(im, a, rng);
+    const io::Image x = augment_image(im, a, rng);
     flipped += x.at(0, 0, 0) > x.at(0, 23, 0);
   }
   CHECK(std::abs(flipped - 300) < 50);  // binomial(600, 0.5): sd 12.2

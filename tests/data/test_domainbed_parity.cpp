@@ -11,13 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ttmoe/io/augment.hpp>
-#include <ttmoe/io/domainbed.hpp>
-#include <ttmoe/io/domainbed_split.hpp>
+#include <ttmoe/data/augment.hpp>
+#include <ttmoe/data/domainbed.hpp>
+#include <ttmoe/data/domainbed_split.hpp>
 #include <ttmoe/io/safetensors.hpp>
 
 using namespace ttmoe;
 using namespace ttmoe::io;
+using namespace ttmoe::data;
 
 namespace {
 const SafetensorsFile& fixture() {
@@ -26,8 +27,8 @@ const SafetensorsFile& fixture() {
 }
 
 // [C, H, W] floats -> HWC Image.
-Image chw_image(const std::vector<float>& v, int c, int h, int w) {
-  Image im = make_image(h, w, c);
+io::Image chw_image(const std::vector<float>& v, int c, int h, int w) {
+  io::Image im = io::make_image(h, w, c);
   for (int k = 0; k < c; ++k)
     for (int y = 0; y < h; ++y)
       for (int x = 0; x < w; ++x) im.at(y, x, k) = v[std::size_t((k * h + y) * w + x)];
@@ -35,7 +36,7 @@ Image chw_image(const std::vector<float>& v, int c, int h, int w) {
 }
 
 // Largest |ours - reference| with ours HWC and the reference CHW.
-double max_diff_chw(const Image& ours, const std::vector<float>& ref) {
+double max_diff_chw(const io::Image& ours, const std::vector<float>& ref) {
   double worst = 0;
   for (int k = 0; k < ours.channels; ++k)
     for (int y = 0; y < ours.height; ++y)
@@ -45,10 +46,10 @@ double max_diff_chw(const Image& ours, const std::vector<float>& ref) {
   return worst;
 }
 
-Image u8_hwc_image(const std::string& name) {
+io::Image u8_hwc_image(const std::string& name) {
   const auto& info = fixture().info(name);
   const auto v = fixture().read<std::uint8_t>(name);
-  Image im = make_image(int(info.shape[0]), int(info.shape[1]), int(info.shape[2]));
+  io::Image im = io::make_image(int(info.shape[0]), int(info.shape[1]), int(info.shape[2]));
   for (std::size_t i = 0; i < v.size(); ++i) im.pixels[i] = float(v[i]) / 255.0f;  // ToTensor
   return im;
 }
@@ -109,7 +110,7 @@ TEST_CASE("augment parity: colour operations equal torchvision's float-tensor fu
 }
 
 TEST_CASE("augment parity: the evaluation transform matches Resize + ToTensor + Normalize through PIL", "[data][augment][parity]") {
-  const Image src = u8_hwc_image("eval_src");
+  const io::Image src = u8_hwc_image("eval_src");
   std::vector<float> ours(3 * 24 * 24);
   eval_transform_into(src, EvalTransform{24, imagenet_normalization()}, ours);
   const auto ref = fixture().read<float>("eval_out");
@@ -156,7 +157,7 @@ TEST_CASE("augment parity: RandomResizedCrop parameter statistics match torchvis
 }
 
 TEST_CASE("augment parity: the training augmentation's output statistics match torchvision's Compose", "[data][augment][parity]") {
-  const Image src = u8_hwc_image("aug_src");
+  const io::Image src = u8_hwc_image("aug_src");
   TrainAugment a;
   a.size = 32;
   std::mt19937_64 rng(5);

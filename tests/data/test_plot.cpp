@@ -5,15 +5,15 @@
 
 #include <cmath>
 
-#include <ttmoe/io/plot_heatmap.hpp>
-#include <ttmoe/io/plot_lines.hpp>
+#include <ttmoe/plot/heatmap.hpp>
+#include <ttmoe/plot/lines.hpp>
 
 #include "temp_dir.hpp"
 
 using namespace ttmoe;
 
 namespace {
-bool has_colour(const Image& im, plot::Rgb c, float tol = 0.03f) {
+bool has_colour(const io::Image& im, plot::Rgb c, float tol = 0.03f) {
   for (int y = 0; y < im.height; ++y)
     for (int x = 0; x < im.width; ++x)
       if (std::abs(im.at(y, x, 0) - c.r) < tol && std::abs(im.at(y, x, 1) - c.g) < tol && std::abs(im.at(y, x, 2) - c.b) < tol)
@@ -33,7 +33,7 @@ TEST_CASE("plot: line chart writes a PNG that decodes back with the lines and te
   p.width = 400, p.height = 300;
   const auto path = t.path / "lines.png";
   plot::save(p, path);
-  const Image back = load_image(path, 3);
+  const io::Image back = io::load_image(path, 3);
   CHECK(back.width == 400);
   CHECK(back.height == 300);
   CHECK(has_colour(back, plot::palette(0)));
@@ -50,7 +50,7 @@ TEST_CASE("plot: heat-map grid with colour bar decodes back, bad tiles are rejec
   for (int k = 0; k < 3; ++k) g.tiles.push_back({"layer " + std::to_string(k), 2, 2, {1, -1, std::nan(""), 0}});
   const auto path = t.path / "heat.png";
   plot::save(g, path);
-  const Image back = load_image(path, 3);
+  const io::Image back = io::load_image(path, 3);
   CHECK(back.width > 2 * 60);
   CHECK(back.height > 2 * 60);
   CHECK(has_colour(back, plot::viridis(1.0)));

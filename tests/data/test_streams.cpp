@@ -11,12 +11,12 @@
 #include <stdexcept>
 #include <thread>
 
-#include <ttmoe/io/streams.hpp>
-#include <ttmoe/io/streams_loader.hpp>
+#include <ttmoe/data/streams.hpp>
+#include <ttmoe/data/streams_loader.hpp>
 
 #include "temp_dir.hpp"
 
-using namespace ttmoe::io;
+using namespace ttmoe::data;
 
 namespace {
 std::vector<DomainItems> three_domains() {

@@ -11,7 +11,7 @@
 namespace ttmoe_test {
 
 /// `a` and `b` are two corruptions of `im` with the same seed.
-inline void check_corrupted_image(const ttmoe::Image& im, const ttmoe::Image& a, const ttmoe::Image& b) {
+inline void check_corrupted_image(const ttmoe::io::Image& im, const ttmoe::io::Image& a, const ttmoe::io::Image& b) {
   CHECK(a.height == im.height);
   CHECK(a.width == im.width);
   CHECK(a.channels == im.channels);

@@ -13,8 +13,8 @@ namespace ttmoe_test {
 
 // Gradient background with a red disc, a green rectangle and a band of vertical stripes whose
 // period is a fixed fraction of the width (so the content scales with the image).
-inline ttmoe::Image scene(int height, int width) {
-  ttmoe::Image im = ttmoe::make_image(height, width, 3);
+inline ttmoe::io::Image scene(int height, int width) {
+  ttmoe::io::Image im = ttmoe::io::make_image(height, width, 3);
   for (int y = 0; y < height; ++y)
     for (int x = 0; x < width; ++x) {
       const double u = (x + 0.5) / width, v = (y + 0.5) / height;
@@ -31,8 +31,8 @@ inline ttmoe::Image scene(int height, int width) {
 }
 
 // Values that are exactly k/255, the set an 8-bit PNG can represent losslessly.
-inline ttmoe::Image quantized_pattern(int height, int width, int channels) {
-  ttmoe::Image im = ttmoe::make_image(height, width, channels);
+inline ttmoe::io::Image quantized_pattern(int height, int width, int channels) {
+  ttmoe::io::Image im = ttmoe::io::make_image(height, width, channels);
   std::uint32_t state = 12345u;
   for (auto& v : im.pixels) {
     state = state * 1664525u + 1013904223u;
@@ -42,7 +42,7 @@ inline ttmoe::Image quantized_pattern(int height, int width, int channels) {
 }
 
 // Mean absolute per-value difference of two images of the same size: how much a corruption moved.
-inline double mean_abs_change(const ttmoe::Image& a, const ttmoe::Image& b) {
+inline double mean_abs_change(const ttmoe::io::Image& a, const ttmoe::io::Image& b) {
   double s = 0.0;
   for (std::size_t i = 0; i < a.pixels.size(); ++i) s += std::fabs(double(a.pixels[i]) - b.pixels[i]);
   return s / static_cast<double>(a.pixels.size());

@@ -14,12 +14,13 @@
 
 #include "corruption_checks.hpp"
 #include "synthetic_images.hpp"
-#include "ttmoe/io/corruptions.hpp"
+#include "ttmoe/data/corruptions/corrupt.hpp"
+#include "ttmoe/data/image_transforms.hpp"
 
-using ttmoe::Corruption;
-using ttmoe::CorruptionOptions;
-using ttmoe::Image;
-using ttmoe::ParameterTable;
+using ttmoe::data::corruptions::Corruption;
+using ttmoe::data::corruptions::CorruptionOptions;
+using ttmoe::io::Image;
+using ttmoe::data::corruptions::ParameterTable;
 
 namespace {
 
@@ -52,7 +53,7 @@ bool uses_randomness(Corruption c) {
   }
 }
 
-std::string name(Corruption c) { return std::string(ttmoe::corruption_name(c)); }
+std::string name(Corruption c) { return std::string(ttmoe::data::corruptions::corruption_name(c)); }
 
 double normal_cdf(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
 double normal_pdf(double x) { return std::exp(-0.5 * x * x) / std::sqrt(2.0 * 3.14159265358979323846); }
@@ -66,7 +67,7 @@ std::array<double, 5> per_severity(const Image& im, Corruption c, Metric metric,
   for (int s = 1; s <= 5; ++s)
     for (int k = 0; k < seeds; ++k)
       out[static_cast<std::size_t>(s - 1)] +=
-          metric(im, ttmoe::corrupt(im, c, s, static_cast<std::uint64_t>(11 + k))) / seeds;
+          metric(im, ttmoe::data::corruptions::corrupt(im, c, s, static_cast<std::uint64_t>(11 + k))) / seeds;
   return out;
 }
 
@@ -77,18 +78,18 @@ TEST_CASE("corruption: names round-trip and are the ImageNet-C folder names", "[
                                           "glass_blur",     "motion_blur", "zoom_blur",    "snow",
                                           "frost",          "fog",         "brightness",   "contrast",
                                           "elastic_transform", "pixelate", "jpeg_compression"};
-  REQUIRE(ttmoe::all_corruptions.size() == expected.size());
+  REQUIRE(ttmoe::data::corruptions::all_corruptions.size() == expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
-    CHECK(name(ttmoe::all_corruptions[i]) == expected[i]);
-    CHECK(ttmoe::parse_corruption(expected[i]) == ttmoe::all_corruptions[i]);
+    CHECK(name(ttmoe::data::corruptions::all_corruptions[i]) == expected[i]);
+    CHECK(ttmoe::data::corruptions::parse_corruption(expected[i]) == ttmoe::data::corruptions::all_corruptions[i]);
   }
-  CHECK_THROWS_AS(ttmoe::parse_corruption("gaussian"), std::invalid_argument);
-  CHECK_THROWS_WITH(ttmoe::parse_corruption("Fog"), Catch::Contains("valid names") && Catch::Contains("fog"));
+  CHECK_THROWS_AS(ttmoe::data::corruptions::parse_corruption("gaussian"), std::invalid_argument);
+  CHECK_THROWS_WITH(ttmoe::data::corruptions::parse_corruption("Fog"), Catch::Contains("valid names") && Catch::Contains("fog"));
 }
 
 TEST_CASE("corruption: the 64-px rule picks the table and the length scale", "[corruption]") {
   auto scale = [](int h, int w, ParameterTable t = ParameterTable::automatic) {
-    return ttmoe::corruption_scale(ttmoe::make_image(h, w, 3), t);
+    return ttmoe::data::corruptions::corruption_scale(ttmoe::io::make_image(h, w, 3), t);
   };
   CHECK(scale(32, 32).cifar);
   CHECK(scale(32, 32).scale == 1.0);
@@ -105,13 +106,13 @@ TEST_CASE("corruption: the 64-px rule picks the table and the length scale", "[c
 
 TEST_CASE("corruption: every corruption is deterministic, keeps the shape and stays in [0,1]", "[corruption]") {
   const std::vector<Image> images{ttmoe_test::scene(224, 224), ttmoe_test::scene(40, 56),
-                                  ttmoe::imgops::to_gray(ttmoe_test::scene(72, 100))};
+                                  ttmoe::data::to_gray(ttmoe_test::scene(72, 100))};
   for (const Image& im : images)
-    for (Corruption c : ttmoe::all_corruptions) {
+    for (Corruption c : ttmoe::data::corruptions::all_corruptions) {
       INFO(name(c) << " on " << im.height << "x" << im.width << "x" << im.channels);
       const int severity = im.height == 224 ? 5 : 3;
-      const Image a = ttmoe::corrupt(im, c, severity, 7);
-      const Image b = ttmoe::corrupt(im, c, severity, 7);
+      const Image a = ttmoe::data::corruptions::corrupt(im, c, severity, 7);
+      const Image b = ttmoe::data::corruptions::corrupt(im, c, severity, 7);
       ttmoe_test::check_corrupted_image(im, a, b);
       CHECK(mean_abs_change(im, a) > 0.0);
     }
@@ -119,11 +120,11 @@ TEST_CASE("corruption: every corruption is deterministic, keeps the shape and st
 
 TEST_CASE("corruption: tiny and odd-shaped images are handled", "[corruption]") {
   for (auto [h, w] : {std::pair{1, 1}, std::pair{2, 3}, std::pair{5, 4}, std::pair{7, 130}})
-    for (Corruption c : ttmoe::all_corruptions) {
+    for (Corruption c : ttmoe::data::corruptions::all_corruptions) {
       INFO(name(c) << " on " << h << "x" << w);
       const Image im = ttmoe_test::scene(h, w);
       Image out;
-      REQUIRE_NOTHROW(out = ttmoe::corrupt(im, c, 5, 1));
+      REQUIRE_NOTHROW(out = ttmoe::data::corruptions::corrupt(im, c, 5, 1));
       CHECK(out.height == h);
       CHECK(out.width == w);
       CHECK(std::all_of(out.pixels.begin(), out.pixels.end(), [](float v) { return v >= 0.0f && v <= 1.0f; }));
@@ -132,10 +133,10 @@ TEST_CASE("corruption: tiny and odd-shaped images are handled", "[corruption]") 
 
 TEST_CASE("corruption: random corruptions change with the seed, deterministic ones do not", "[corruption]") {
   const Image im = ttmoe_test::scene(96, 96);
-  for (Corruption c : ttmoe::all_corruptions) {
+  for (Corruption c : ttmoe::data::corruptions::all_corruptions) {
     INFO(name(c));
-    const Image a = ttmoe::corrupt(im, c, 3, 1);
-    const Image b = ttmoe::corrupt(im, c, 3, 2);
+    const Image a = ttmoe::data::corruptions::corrupt(im, c, 3, 1);
+    const Image b = ttmoe::data::corruptions::corrupt(im, c, 3, 2);
     if (uses_randomness(c))
       CHECK(a.pixels != b.pixels);
     else
@@ -145,13 +146,13 @@ TEST_CASE("corruption: random corruptions change with the seed, deterministic on
 
 TEST_CASE("corruption: severity 0 is the identity and bad severities or images throw", "[corruption]") {
   const Image im = ttmoe_test::scene(48, 48);
-  Image two_channel = ttmoe::make_image(16, 16, 2, 0.5f);
-  for (Corruption c : ttmoe::all_corruptions) {
+  Image two_channel = ttmoe::io::make_image(16, 16, 2, 0.5f);
+  for (Corruption c : ttmoe::data::corruptions::all_corruptions) {
     INFO(name(c));
-    CHECK(ttmoe::corrupt(im, c, 0, 3).pixels == im.pixels);
-    CHECK_THROWS_AS(ttmoe::corrupt(im, c, 6, 3), std::invalid_argument);
-    CHECK_THROWS_AS(ttmoe::corrupt(im, c, -1, 3), std::invalid_argument);
-    CHECK_THROWS_AS(ttmoe::corrupt(two_channel, c, 1, 3), std::invalid_argument);
+    CHECK(ttmoe::data::corruptions::corrupt(im, c, 0, 3).pixels == im.pixels);
+    CHECK_THROWS_AS(ttmoe::data::corruptions::corrupt(im, c, 6, 3), std::invalid_argument);
+    CHECK_THROWS_AS(ttmoe::data::corruptions::corrupt(im, c, -1, 3), std::invalid_argument);
+    CHECK_THROWS_AS(ttmoe::data::corruptions::corrupt(two_channel, c, 1, 3), std::invalid_argument);
   }
 }
 
@@ -159,7 +160,7 @@ TEST_CASE("corruption: ImageNet-table severities increase the mean absolute chan
   // Frost, fog, snow and elastic_transform are tested separately: their published tables are
   // not strictly ordered by this metric (see those tests).
   const Image im = ttmoe_test::scene(224, 224);
-  for (Corruption c : ttmoe::all_corruptions) {
+  for (Corruption c : ttmoe::data::corruptions::all_corruptions) {
     if (c == Corruption::frost || c == Corruption::fog || c == Corruption::snow || c == Corruption::elastic_transform)
       continue;
     const auto m = per_severity(im, c, mean_abs_change);
@@ -204,7 +205,7 @@ TEST_CASE("corruption: frost and fog severities reduce the correlation with the 
       std::array<double, 5> d{}, m{};
       for (int s = 1; s <= 5; ++s)
         for (int k = 0; k < seeds; ++k) {
-          const Image out = ttmoe::corrupt(im, c, s, static_cast<std::uint64_t>(11 + k));
+          const Image out = ttmoe::data::corruptions::corrupt(im, c, s, static_cast<std::uint64_t>(11 + k));
           d[static_cast<std::size_t>(s - 1)] += decorrelation(im, out) / seeds;
           m[static_cast<std::size_t>(s - 1)] += mean_abs_change(im, out) / seeds;
         }
@@ -221,14 +222,14 @@ TEST_CASE("corruption: frost and fog severities reduce the correlation with the 
 TEST_CASE("corruption: frost with a supplied texture is the tabulated blend", "[corruption]") {
   // A constant texture t makes the result clip(a*x + b*t) with the published (a, b).
   CorruptionOptions opt;
-  opt.frost_textures.push_back(ttmoe::make_image(300, 420, 3, 0.5f));
+  opt.frost_textures.push_back(ttmoe::io::make_image(300, 420, 3, 0.5f));
   const std::array<std::array<double, 2>, 5> imagenet{{{1, .4}, {.8, .6}, {.7, .7}, {.65, .7}, {.6, .75}}};
   const std::array<std::array<double, 2>, 5> cifar{{{1, .2}, {1, .3}, {.9, .4}, {.85, .4}, {.75, .45}}};
   for (int size : {224, 32})
     for (int s = 1; s <= 5; ++s) {
       const Image im = ttmoe_test::scene(size, size);
       const auto& ab = (size == 32 ? cifar : imagenet)[static_cast<std::size_t>(s - 1)];
-      const Image out = ttmoe::corrupt(im, Corruption::frost, s, 5, opt);
+      const Image out = ttmoe::data::corruptions::corrupt(im, Corruption::frost, s, 5, opt);
       double worst = 0;
       for (std::size_t i = 0; i < im.pixels.size(); ++i) {
         const double expect = std::clamp(ab[0] * im.pixels[i] + ab[1] * 0.5, 0.0, 1.0);
@@ -238,8 +239,8 @@ TEST_CASE("corruption: frost with a supplied texture is the tabulated blend", "[
       CHECK(worst < 1e-5);
     }
   // A texture smaller than the image is enlarged to cover it.
-  opt.frost_textures = {ttmoe::make_image(20, 20, 3, 0.25f)};
-  const Image out = ttmoe::corrupt(ttmoe_test::scene(100, 120), Corruption::frost, 2, 1, opt);
+  opt.frost_textures = {ttmoe::io::make_image(20, 20, 3, 0.25f)};
+  const Image out = ttmoe::data::corruptions::corrupt(ttmoe_test::scene(100, 120), Corruption::frost, 2, 1, opt);
   CHECK(out.height == 100);
   CHECK(out.width == 120);
 }
@@ -250,7 +251,7 @@ TEST_CASE("corruption: snow only adds light on top of the whitened image", "[cor
   const Image im = ttmoe_test::scene(224, 224);
   const std::array<double, 5> blend{.8, .7, .7, .65, .55};
   for (int s = 1; s <= 5; ++s) {
-    const Image out = ttmoe::corrupt(im, Corruption::snow, s, 3);
+    const Image out = ttmoe::data::corruptions::corrupt(im, Corruption::snow, s, 3);
     double violations = 0;
     for (int y = 0; y < 224; ++y)
       for (int x = 0; x < 224; ++x) {
@@ -284,10 +285,10 @@ TEST_CASE("corruption: elastic severities 3-5 grow with the displacement scale",
 }
 
 TEST_CASE("corruption: gaussian noise has the tabulated standard deviation", "[corruption]") {
-  const Image gray = ttmoe::make_image(256, 256, 3, 0.5f);
+  const Image gray = ttmoe::io::make_image(256, 256, 3, 0.5f);
   const std::array<double, 5> c{.08, .12, .18, .26, .38};
   for (int s = 1; s <= 5; ++s) {
-    const Image out = ttmoe::corrupt(gray, Corruption::gaussian_noise, s, 99);
+    const Image out = ttmoe::data::corruptions::corrupt(gray, Corruption::gaussian_noise, s, 99);
     double m = 0, m2 = 0;
     for (std::size_t i = 0; i < out.pixels.size(); ++i) {
       const double d = out.pixels[i] - 0.5;
@@ -308,7 +309,7 @@ TEST_CASE("corruption: gaussian noise has the tabulated standard deviation", "[c
 
 TEST_CASE("corruption: shot noise follows the Poisson law", "[corruption]") {
   // out = min(K / c, 1), K ~ Poisson(x c). Exact mean and variance summed over the pmf.
-  const Image gray = ttmoe::make_image(256, 256, 3, 0.5f);
+  const Image gray = ttmoe::io::make_image(256, 256, 3, 0.5f);
   struct Table {
     ParameterTable table;
     std::array<double, 5> c;
@@ -327,7 +328,7 @@ TEST_CASE("corruption: shot noise follows the Poisson law", "[corruption]") {
         em += p * v, ev += p * v * v;
       }
       ev -= em * em;
-      const Image out = ttmoe::corrupt(gray, Corruption::shot_noise, s, 4, opt);
+      const Image out = ttmoe::data::corruptions::corrupt(gray, Corruption::shot_noise, s, 4, opt);
       double m = 0, m2 = 0;
       for (float v : out.pixels) m += v, m2 += double(v) * v;
       const double n = static_cast<double>(out.pixels.size());
@@ -341,10 +342,10 @@ TEST_CASE("corruption: shot noise follows the Poisson law", "[corruption]") {
 }
 
 TEST_CASE("corruption: impulse noise replaces the tabulated fraction of values", "[corruption]") {
-  const Image gray = ttmoe::make_image(256, 256, 3, 0.5f);
+  const Image gray = ttmoe::io::make_image(256, 256, 3, 0.5f);
   const std::array<double, 5> amount{.03, .06, .09, .17, .27};
   for (int s = 1; s <= 5; ++s) {
-    const Image out = ttmoe::corrupt(gray, Corruption::impulse_noise, s, 8);
+    const Image out = ttmoe::data::corruptions::corrupt(gray, Corruption::impulse_noise, s, 8);
     double salt = 0, pepper = 0, other = 0;
     for (float v : out.pixels) {
       if (v == 1.0f)
@@ -378,7 +379,7 @@ TEST_CASE("corruption: brightness is the closed-form HSV value shift", "[corrupt
     opt.table = table;
     for (int s = 1; s <= 5; ++s) {
       const double c = (table == ParameterTable::cifar ? cifar : imagenet)[static_cast<std::size_t>(s - 1)];
-      const Image out = ttmoe::corrupt(im, Corruption::brightness, s, 0, opt);
+      const Image out = ttmoe::data::corruptions::corrupt(im, Corruption::brightness, s, 0, opt);
       double worst = 0;
       for (std::size_t p = 0; p < im.pixels.size(); p += 3) {
         const double v = std::max({im.pixels[p], im.pixels[p + 1], im.pixels[p + 2]});
@@ -393,8 +394,8 @@ TEST_CASE("corruption: brightness is the closed-form HSV value shift", "[corrupt
     }
   }
   // Gray images: V is the value itself.
-  const Image g = ttmoe::imgops::to_gray(im);
-  const Image og = ttmoe::corrupt(g, Corruption::brightness, 3, 0, {ParameterTable::imagenet, {}});
+  const Image g = ttmoe::data::to_gray(im);
+  const Image og = ttmoe::data::corruptions::corrupt(g, Corruption::brightness, 3, 0, {ParameterTable::imagenet, {}});
   for (std::size_t i = 0; i < g.pixels.size(); ++i) CHECK(og.pixels[i] == Approx(std::min(g.pixels[i] + 0.3, 1.0)));
 }
 
@@ -410,7 +411,7 @@ TEST_CASE("corruption: contrast shrinks every channel towards its mean", "[corru
     opt.table = table;
     const auto& c = table == ParameterTable::imagenet ? imagenet : cifar;
     for (int s = 1; s <= 5; ++s) {
-      const Image out = ttmoe::corrupt(im, Corruption::contrast, s, 0, opt);
+      const Image out = ttmoe::data::corruptions::corrupt(im, Corruption::contrast, s, 0, opt);
       double worst = 0;
       for (std::size_t i = 0; i < im.pixels.size(); ++i) {
         const double expect =
@@ -433,7 +434,7 @@ TEST_CASE("corruption: pixelate reduces the number of distinct colours", "[corru
   const std::array<double, 5> c{.6, .5, .4, .3, .25};
   std::size_t previous = before;
   for (int s = 1; s <= 5; ++s) {
-    const std::size_t after = distinct(ttmoe::corrupt(im, Corruption::pixelate, s, 0));
+    const std::size_t after = distinct(ttmoe::data::corruptions::corrupt(im, Corruption::pixelate, s, 0));
     const auto side = static_cast<std::size_t>(224 * c[static_cast<std::size_t>(s - 1)]);
     INFO("severity " << s << ": " << before << " -> " << after);
     CHECK(after <= side * side);  // at most one colour per block of the small image
@@ -446,24 +447,24 @@ TEST_CASE("corruption: jpeg_compression encodes at the tabulated quality", "[cor
   const Image im = ttmoe_test::scene(224, 224);
   const std::array<int, 5> imagenet{25, 18, 15, 10, 7};
   for (int s = 1; s <= 5; ++s) {
-    const Image expect = ttmoe::decode_image(ttmoe::encode_jpeg(im, imagenet[static_cast<std::size_t>(s - 1)]));
-    CHECK(ttmoe::corrupt(im, Corruption::jpeg_compression, s, 0).pixels == expect.pixels);
+    const Image expect = ttmoe::io::decode_image(ttmoe::io::encode_jpeg(im, imagenet[static_cast<std::size_t>(s - 1)]));
+    CHECK(ttmoe::data::corruptions::corrupt(im, Corruption::jpeg_compression, s, 0).pixels == expect.pixels);
   }
   const Image small = ttmoe_test::scene(32, 32);
   const std::array<int, 5> cifar{80, 65, 58, 50, 40};
   for (int s = 1; s <= 5; ++s) {
-    const Image expect = ttmoe::decode_image(ttmoe::encode_jpeg(small, cifar[static_cast<std::size_t>(s - 1)]));
-    CHECK(ttmoe::corrupt(small, Corruption::jpeg_compression, s, 0).pixels == expect.pixels);
+    const Image expect = ttmoe::io::decode_image(ttmoe::io::encode_jpeg(small, cifar[static_cast<std::size_t>(s - 1)]));
+    CHECK(ttmoe::data::corruptions::corrupt(small, Corruption::jpeg_compression, s, 0).pixels == expect.pixels);
   }
 }
 
 TEST_CASE("corruption: blurs keep a constant image constant", "[corruption]") {
-  const Image flat = ttmoe::make_image(96, 120, 3, 0.4f);
+  const Image flat = ttmoe::io::make_image(96, 120, 3, 0.4f);
   for (Corruption c : {Corruption::defocus_blur, Corruption::motion_blur, Corruption::zoom_blur, Corruption::glass_blur,
                        Corruption::elastic_transform, Corruption::pixelate}) {
     for (int s : {1, 3, 5}) {
       if (c == Corruption::defocus_blur && s > 3) continue;  // rim quirk: see the defocus kernel test
-      const Image out = ttmoe::corrupt(flat, c, s, 2);
+      const Image out = ttmoe::data::corruptions::corrupt(flat, c, s, 2);
       double worst = 0;
       for (float v : out.pixels) worst = std::max(worst, std::fabs(v - 0.4));
       INFO(name(c) << " severity " << s);
@@ -476,7 +477,7 @@ TEST_CASE("corruption: blurs keep a constant image constant", "[corruption]") {
 TEST_CASE("corruption: defocus kernel at severity 1 is the radius-3 lattice disk", "[corruption]") {
   // Radius 3 contains 29 lattice points (Gauss circle problem: N(3) = 29); the 0.1-sigma
   // anti-alias blur only moves ~e^-50 of weight, so the kernel is 29 equal weights.
-  const auto [kernel, side] = ttmoe::corruptions::defocus_disk(3, 0.1);
+  const auto [kernel, side] = ttmoe::data::corruptions::defocus_disk(3, 0.1);
   CHECK(side == 7);
   int nonzero = 0;
   double total = 0;
@@ -501,7 +502,7 @@ TEST_CASE("corruption: defocus kernels reproduce the reference's rim quirk at ra
   // keeps the rim bright, so the kernel sums to more than 1. Sums computed independently with
   // numpy (17x17 grid and 3x3 blur for radius 8, 21x21 and 5x5 for radius 10, sigma .5).
   auto sum = [](double r, double a) {
-    const auto [k, side] = ttmoe::corruptions::defocus_disk(r, a);
+    const auto [k, side] = ttmoe::data::corruptions::defocus_disk(r, a);
     double s = 0;
     for (float v : k) s += v;
     return s;
@@ -517,11 +518,11 @@ TEST_CASE("corruption: defocus kernels scale with the image", "[corruption]") {
   // with the blur's own effect. Severities 1-3 only: at 4-5 the reference's rim quirk (kernel
   // sum ~1.01 at scale 1) depends on the blur-to-pixel ratio and so differs by ~1% in brightness.
   const Image small = ttmoe_test::scene(112, 112);
-  const Image big = ttmoe::resize(small, 224, 224, ttmoe::ResizeFilter::box);  // pixel replication
+  const Image big = ttmoe::data::resize(small, 224, 224, ttmoe::data::ResizeFilter::box);  // pixel replication
   for (int s : {1, 2, 3}) {
-    const Image blurred_small = ttmoe::corrupt(small, Corruption::defocus_blur, s, 0);
+    const Image blurred_small = ttmoe::data::corruptions::corrupt(small, Corruption::defocus_blur, s, 0);
     const Image blurred_big =
-        ttmoe::resize(ttmoe::corrupt(big, Corruption::defocus_blur, s, 0), 112, 112, ttmoe::ResizeFilter::box);
+        ttmoe::data::resize(ttmoe::data::corruptions::corrupt(big, Corruption::defocus_blur, s, 0), 112, 112, ttmoe::data::ResizeFilter::box);
     const double residual = mean_abs_change(blurred_small, blurred_big);
     const double effect = mean_abs_change(small, blurred_small);
     INFO("severity " << s << " residual " << residual << " effect " << effect);
@@ -536,9 +537,9 @@ TEST_CASE("corruption: motion blur streak has ImageMagick's one-sided Gaussian w
   double total = 0;
   for (int i = 0; i < 11; ++i) total += std::exp(-i * i / (2 * sigma * sigma));
   for (double angle : {0.0, 90.0}) {
-    Image im = ttmoe::make_image(40, 40, 1);
+    Image im = ttmoe::io::make_image(40, 40, 1);
     im.at(30, 30, 0) = 1.0f;
-    const Image out = ttmoe::imgops::motion_blur(im, 5, sigma, angle);
+    const Image out = ttmoe::data::motion_blur(im, 5, sigma, angle);
     double sum = 0;
     for (float v : out.pixels) sum += v;
     CHECK(sum == Approx(1.0).epsilon(1e-5));
@@ -550,9 +551,9 @@ TEST_CASE("corruption: motion blur streak has ImageMagick's one-sided Gaussian w
 }
 
 TEST_CASE("corruption: the plasma fractal spans [0,1] and its smoothness follows the decay", "[corruption]") {
-  auto rng = ttmoe::CorruptionRng(5);
-  const Image rough = ttmoe::corruptions::plasma_fractal(256, 1.4, rng);
-  const Image smooth = ttmoe::corruptions::plasma_fractal(256, 3.0, rng);
+  auto rng = ttmoe::data::corruptions::CorruptionRng(5);
+  const Image rough = ttmoe::data::corruptions::plasma_fractal(256, 1.4, rng);
+  const Image smooth = ttmoe::data::corruptions::plasma_fractal(256, 3.0, rng);
   for (const Image* p : {&rough, &smooth}) {
     const auto [lo, hi] = std::minmax_element(p->pixels.begin(), p->pixels.end());
     CHECK(*lo == 0.0f);
@@ -566,11 +567,11 @@ TEST_CASE("corruption: the plasma fractal spans [0,1] and its smoothness follows
     return s;
   };
   CHECK(roughness(rough) > 2 * roughness(smooth));
-  CHECK_THROWS_AS(ttmoe::corruptions::plasma_fractal(100, 2.0, rng), std::invalid_argument);
+  CHECK_THROWS_AS(ttmoe::data::corruptions::plasma_fractal(100, 2.0, rng), std::invalid_argument);
 }
 
 TEST_CASE("corruption: the random source is reproducible and has the right moments", "[corruption]") {
-  ttmoe::CorruptionRng a(123), b(123);
+  ttmoe::data::corruptions::CorruptionRng a(123), b(123);
   for (int i = 0; i < 100; ++i) CHECK(a.normal() == b.normal());
   double m = 0, m2 = 0, u = 0;
   constexpr int n = 200000;

@@ -12,19 +12,19 @@
 
 #include "corruption_checks.hpp"
 #include "synthetic_images.hpp"
-#include "ttmoe/io/corruptions.hpp"
+#include "ttmoe/data/corruptions/corrupt.hpp"
 
-using ttmoe::Corruption;
-using ttmoe::CorruptionOptions;
-using ttmoe::Image;
-using ttmoe::ParameterTable;
+using ttmoe::data::corruptions::Corruption;
+using ttmoe::data::corruptions::CorruptionOptions;
+using ttmoe::io::Image;
+using ttmoe::data::corruptions::ParameterTable;
 
 namespace {
 
 using ttmoe_test::mean_abs_change;
 
 Image constant(int h, int w, int c, float v) {
-  Image im = ttmoe::make_image(h, w, c);
+  Image im = ttmoe::io::make_image(h, w, c);
   std::fill(im.pixels.begin(), im.pixels.end(), v);
   return im;
 }
@@ -39,33 +39,33 @@ CorruptionOptions table(ParameterTable t) {
 
 TEST_CASE("extra corruptions: names round-trip and are disjoint from the fifteen", "[corruption]") {
   const std::vector<std::string> expected{"speckle_noise", "gaussian_blur", "spatter", "saturate"};
-  REQUIRE(ttmoe::extra_corruptions.size() == expected.size());
+  REQUIRE(ttmoe::data::corruptions::extra_corruptions.size() == expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
-    CHECK(std::string(ttmoe::corruption_name(ttmoe::extra_corruptions[i])) == expected[i]);
-    CHECK(ttmoe::parse_corruption(expected[i]) == ttmoe::extra_corruptions[i]);
-    for (Corruption c : ttmoe::all_corruptions) CHECK(c != ttmoe::extra_corruptions[i]);
+    CHECK(std::string(ttmoe::data::corruptions::corruption_name(ttmoe::data::corruptions::extra_corruptions[i])) == expected[i]);
+    CHECK(ttmoe::data::corruptions::parse_corruption(expected[i]) == ttmoe::data::corruptions::extra_corruptions[i]);
+    for (Corruption c : ttmoe::data::corruptions::all_corruptions) CHECK(c != ttmoe::data::corruptions::extra_corruptions[i]);
   }
-  CHECK_THROWS_WITH(ttmoe::parse_corruption("speckle"), Catch::Contains("speckle_noise") && Catch::Contains("saturate"));
+  CHECK_THROWS_WITH(ttmoe::data::corruptions::parse_corruption("speckle"), Catch::Contains("speckle_noise") && Catch::Contains("saturate"));
 }
 
 TEST_CASE("extra corruptions: deterministic, shape kept, values in [0,1], image changed", "[corruption]") {
   const std::vector<Image> images{ttmoe_test::scene(224, 224), ttmoe_test::scene(28, 28), ttmoe_test::scene(40, 56),
-                                  ttmoe::imgops::to_gray(ttmoe_test::scene(72, 100)),
-                                  ttmoe::imgops::to_gray(ttmoe_test::scene(28, 28))};
+                                  ttmoe::data::to_gray(ttmoe_test::scene(72, 100)),
+                                  ttmoe::data::to_gray(ttmoe_test::scene(28, 28))};
   for (const Image& im : images)
-    for (Corruption c : ttmoe::extra_corruptions)
+    for (Corruption c : ttmoe::data::corruptions::extra_corruptions)
       for (int s = 1; s <= 5; ++s) {
-        INFO(ttmoe::corruption_name(c) << " severity " << s << " on " << im.height << "x" << im.width << "x" << im.channels);
-        const Image a = ttmoe::corrupt(im, c, s, 7);
-        const Image b = ttmoe::corrupt(im, c, s, 7);
+        INFO(ttmoe::data::corruptions::corruption_name(c) << " severity " << s << " on " << im.height << "x" << im.width << "x" << im.channels);
+        const Image a = ttmoe::data::corruptions::corrupt(im, c, s, 7);
+        const Image b = ttmoe::data::corruptions::corrupt(im, c, s, 7);
         ttmoe_test::check_corrupted_image(im, a, b);
         const bool gray_identity = c == Corruption::saturate && im.channels == 1 && s <= 3;  // no saturation to scale
         if (gray_identity) CHECK(a.pixels == im.pixels);
         else CHECK(mean_abs_change(im, a) > 0.0);
       }
-  CHECK(ttmoe::corrupt(images[0], Corruption::spatter, 0, 1).pixels == images[0].pixels);
-  CHECK_THROWS_AS(ttmoe::corrupt(images[0], Corruption::speckle_noise, 6, 1), std::invalid_argument);
-  CHECK_THROWS_WITH(ttmoe::corrupt(images[0], Corruption::saturate, -1, 1), Catch::Contains("saturate"));
+  CHECK(ttmoe::data::corruptions::corrupt(images[0], Corruption::spatter, 0, 1).pixels == images[0].pixels);
+  CHECK_THROWS_AS(ttmoe::data::corruptions::corrupt(images[0], Corruption::speckle_noise, 6, 1), std::invalid_argument);
+  CHECK_THROWS_WITH(ttmoe::data::corruptions::corrupt(images[0], Corruption::saturate, -1, 1), Catch::Contains("saturate"));
 }
 
 TEST_CASE("extra corruptions: speckle noise is multiplicative with the tabulated deviation", "[corruption]") {
@@ -75,7 +75,7 @@ TEST_CASE("extra corruptions: speckle noise is multiplicative with the tabulated
     for (int s = 1; s <= 2; ++s) {  // small c: clipping at 0 and 1 is negligible for x = 0.4
       const double c = (t == ParameterTable::cifar ? cifar : imagenet)[std::size_t(s - 1)];
       const Image im = constant(200, 200, 1, 0.4f);
-      const Image out = ttmoe::corrupt(im, Corruption::speckle_noise, s, 3, table(t));
+      const Image out = ttmoe::data::corruptions::corrupt(im, Corruption::speckle_noise, s, 3, table(t));
       double m = 0, q = 0;
       for (float v : out.pixels) m += (v - 0.4) / 0.4;
       m /= double(out.pixels.size());
@@ -86,7 +86,7 @@ TEST_CASE("extra corruptions: speckle noise is multiplicative with the tabulated
       CHECK(sd == Approx(c).epsilon(0.02));
     }
   // Black stays black: the noise is proportional to the value.
-  CHECK(ttmoe::corrupt(constant(16, 16, 3, 0.0f), Corruption::speckle_noise, 5, 1).pixels ==
+  CHECK(ttmoe::data::corruptions::corrupt(constant(16, 16, 3, 0.0f), Corruption::speckle_noise, 5, 1).pixels ==
         constant(16, 16, 3, 0.0f).pixels);
 }
 
@@ -101,7 +101,7 @@ TEST_CASE("extra corruptions: gaussian blur is scikit-image's nearest-border Gau
     double ks = 0;
     for (int i = -r; i <= r; ++i) ks += k[std::size_t(i + r)] = std::exp(-0.5 * i * i / (sigma * sigma));
     for (auto& v : k) v /= ks;
-    const Image out = ttmoe::corrupt(im, Corruption::gaussian_blur, s, 0);
+    const Image out = ttmoe::data::corruptions::corrupt(im, Corruption::gaussian_blur, s, 0);
     double worst = 0;
     for (int y = 0; y < im.height; ++y)
       for (int x = 0; x < im.width; ++x)
@@ -117,7 +117,7 @@ TEST_CASE("extra corruptions: gaussian blur is scikit-image's nearest-border Gau
     CHECK(worst < 1e-5);
   }
   const Image flat = constant(40, 40, 3, 0.3f);
-  for (float v : ttmoe::corrupt(flat, Corruption::gaussian_blur, 5, 0, table(ParameterTable::imagenet)).pixels)
+  for (float v : ttmoe::data::corruptions::corrupt(flat, Corruption::gaussian_blur, 5, 0, table(ParameterTable::imagenet)).pixels)
     CHECK(v == Approx(0.3f).margin(1e-6));
 }
 
@@ -130,7 +130,7 @@ TEST_CASE("extra corruptions: saturate scales HSV saturation at fixed hue and va
   for (ParameterTable t : {ParameterTable::imagenet, ParameterTable::automatic})  // 32 px: CIFAR
     for (int s = 1; s <= 5; ++s) {
       const auto c = (t == ParameterTable::imagenet ? imagenet : cifar)[std::size_t(s - 1)];
-      const Image out = ttmoe::corrupt(im, Corruption::saturate, s, 0, table(t));
+      const Image out = ttmoe::data::corruptions::corrupt(im, Corruption::saturate, s, 0, table(t));
       double worst = 0;
       for (std::size_t p = 0; p < im.pixels.size(); p += 3) {
         const double r = im.pixels[p], g = im.pixels[p + 1], b = im.pixels[p + 2];
@@ -148,8 +148,8 @@ TEST_CASE("extra corruptions: saturate scales HSV saturation at fixed hue and va
       CHECK(worst < 1e-5);
     }
   // Gray 1-channel images: the red tint of severities 4-5 seen through OpenCV's gray weights.
-  const Image g = ttmoe::imgops::to_gray(im);
-  const Image og = ttmoe::corrupt(g, Corruption::saturate, 5, 0, table(ParameterTable::imagenet));
+  const Image g = ttmoe::data::to_gray(im);
+  const Image og = ttmoe::data::corruptions::corrupt(g, Corruption::saturate, 5, 0, table(ParameterTable::imagenet));
   for (std::size_t i = 0; i < g.pixels.size(); i += 37)
     CHECK(og.pixels[i] == Approx(g.pixels[i] * (0.299 + 0.701 * 0.8)).margin(1e-6));
 }
@@ -159,7 +159,7 @@ TEST_CASE("extra corruptions: spatter adds turquoise water or blends towards bro
   // Water (severities 1-3): a non-negative amount m times (175,238,238)/255 is added per pixel
   // (before clipping at 1, so compare only where nothing clipped).
   for (int s = 1; s <= 3; ++s) {
-    const Image out = ttmoe::corrupt(im, Corruption::spatter, s, 5);
+    const Image out = ttmoe::data::corruptions::corrupt(im, Corruption::spatter, s, 5);
     std::size_t wet = 0;
     double worst = 0;
     for (std::size_t p = 0; p < im.pixels.size(); p += 3) {
@@ -178,7 +178,7 @@ TEST_CASE("extra corruptions: spatter adds turquoise water or blends towards bro
   // all three channels.
   const std::array<double, 3> brown{63 / 255.0, 42 / 255.0, 20 / 255.0};
   for (int s = 4; s <= 5; ++s) {
-    const Image out = ttmoe::corrupt(im, Corruption::spatter, s, 5);
+    const Image out = ttmoe::data::corruptions::corrupt(im, Corruption::spatter, s, 5);
     std::size_t muddy = 0;
     for (std::size_t p = 0; p < im.pixels.size(); p += 3) {
       std::array<double, 3> m{};
@@ -201,7 +201,7 @@ TEST_CASE("extra corruptions: spatter adds turquoise water or blends towards bro
 }
 
 TEST_CASE("extra corruptions: spatter's 8-bit helpers follow OpenCV", "[corruption]") {
-  namespace sd = ttmoe::corruptions::spatter_detail;
+  namespace sd = ttmoe::data::corruptions::spatter_detail;
   // equalizeHist: levels {3,3,5,9}: first occupied level 3 (2 pixels), scale 255/(4-2);
   // 5 -> round(1 * 127.5) = 128 (half to even), 9 -> 255, 3 -> 0.
   const sd::Plane p{2, 2, {3, 3, 5, 9}};

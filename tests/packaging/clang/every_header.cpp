@@ -3,25 +3,28 @@
 // step. Conversion must not change the function (zero expert deltas), and the step must update only
 // routers and experts. Exits non-zero on a mismatch.
 #include <ttmoe/ttmoe.hpp>
-#include <ttmoe/io/augment.hpp>
-#include <ttmoe/nn/checkpoint.hpp>
-#include <ttmoe/io/corruptions.hpp>
-#include <ttmoe/io/datasets.hpp>
-#include <ttmoe/io/domainbed.hpp>
-#include <ttmoe/io/domainbed_loader.hpp>
-#include <ttmoe/io/domainbed_split.hpp>
-#include <ttmoe/io/glyph_frame.hpp>
-#include <ttmoe/io/seed_mix.hpp>
-#include <ttmoe/io/plot.hpp>
+#include <ttmoe/data/augment.hpp>
+#include <ttmoe/data/corruptions/corrupt.hpp>
+#include <ttmoe/data/datasets.hpp>
+#include <ttmoe/data/domainbed.hpp>
+#include <ttmoe/data/domainbed_loader.hpp>
+#include <ttmoe/data/domainbed_split.hpp>
+#include <ttmoe/data/glyph_frame.hpp>
+#include <ttmoe/data/image_transforms.hpp>
+#include <ttmoe/data/seed_mix.hpp>
+#include <ttmoe/data/streams.hpp>
 #include <ttmoe/io/safetensors.hpp>
-#include <ttmoe/io/streams.hpp>
 #include <ttmoe/models/gmoe_checkpoint.hpp>
 #include <ttmoe/models/vit.hpp>
 #include <ttmoe/moe/bisecting_kmeans.hpp>
 #include <ttmoe/moe/lora_merge.hpp>
 #include <ttmoe/moe/moe_ffn.hpp>
 #include <ttmoe/moe/sparse_softmax.hpp>
+#include <ttmoe/nn/checkpoint.hpp>
 #include <ttmoe/nn/nn.hpp>
+#include <ttmoe/plot/canvas.hpp>
+#include <ttmoe/plot/heatmap.hpp>
+#include <ttmoe/plot/lines.hpp>
 #include <ttmoe/tta/tta.hpp>
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 // A tiny raster canvas for figures written as PNG through io/image.hpp: filled rectangles, thick
 // lines, text from stb_easy_font (a public-domain vector font made of axis-aligned quads, so it
 // rasterises as rectangles at any integer scale) and a perceptual colour map. Enough for line
-// charts and heat maps (plot_lines.hpp, plot_heatmap.hpp) without a plotting dependency.
+// charts and heat maps (lines.hpp, heatmap.hpp) without a plotting dependency.
 
 #include <algorithm>
 #include <array>
@@ -52,14 +52,14 @@ inline Rgb viridis(double t) {
 class Canvas {
  public:
   /// A width x height canvas filled with `background`.
-  Canvas(int width, int height, Rgb background = {1, 1, 1}) : img_(make_image(height, width, 3)) {
+  Canvas(int width, int height, Rgb background = {1, 1, 1}) : img_(io::make_image(height, width, 3)) {
     fill_rect(0, 0, width, height, background);
   }
 
   int width() const { return img_.width; }
   int height() const { return img_.height; }
   /// The pixels drawn so far.
-  const Image& image() const { return img_; }
+  const io::Image& image() const { return img_; }
 
   /// Sets one pixel (ignored outside the canvas).
   void set(int x, int y, Rgb c) {
@@ -125,7 +125,7 @@ class Canvas {
     for (unsigned char ch : s) t += (ch >= 32 && ch < 127) || ch == '\n' ? char(ch) : '?';
     return t;
   }
-  Image img_;
+  io::Image img_;
 };
 
 /// A "nice" tick step (1, 2 or 5 times a power of ten) giving about `target` ticks over `range`.

@@ -15,7 +15,7 @@
 
 #include "ttmoe/io/image.hpp"
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// A font that cannot be opened or lacks a character; the message names the file.
 class FontError : public std::runtime_error {
@@ -48,7 +48,7 @@ class FontFace {
   /// The antialiased glyph of `codepoint` at `pixel_size` px em height, as a 1-channel image whose
   /// pixels are the coverage in [0, 1] (1 = ink), with a 2-pixel dark margin. Throws FontError naming the
   /// font when the character is missing or the glyph renders empty.
-  Image render(char32_t codepoint, int pixel_size = 96) const {
+  io::Image render(char32_t codepoint, int pixel_size = 96) const {
     if (!has_char(codepoint))
       throw FontError("font " + path_.string() + " has no glyph for U+" + hex(std::uint32_t(codepoint)));
     if (FT_Set_Pixel_Sizes(face_.get(), 0, FT_UInt(pixel_size)) != 0)
@@ -60,7 +60,7 @@ class FontFace {
       throw FontError("font " + path_.string() + ": U+" + hex(std::uint32_t(codepoint)) +
                       " rendered empty or not as an 8-bit gray bitmap");
     constexpr int margin = 2;
-    Image im = make_image(int(bm.rows) + 2 * margin, int(bm.width) + 2 * margin, 1, 0.0f);
+    io::Image im = io::make_image(int(bm.rows) + 2 * margin, int(bm.width) + 2 * margin, 1, 0.0f);
     const float scale = bm.num_grays > 1 ? 1.0f / float(bm.num_grays - 1) : 1.0f;
     for (unsigned y = 0; y < bm.rows; ++y) {
       const unsigned char* row = bm.buffer + std::ptrdiff_t(y) * bm.pitch;
@@ -86,4 +86,4 @@ class FontFace {
   std::unique_ptr<FT_FaceRec_, FaceDone> face_;
 };
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// The MD5 digest of `text` (16 bytes), through OpenSSL's EVP interface.
 inline std::array<unsigned char, 16> md5_digest(const std::string& text) {
@@ -88,4 +88,4 @@ inline EnvironmentSplit domainbed_split(std::size_t n, std::int64_t trial_seed, 
   return s;
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data

@@ -27,13 +27,14 @@
 #include <system_error>
 #include <vector>
 
-#include "ttmoe/io/datasets.hpp"
-#include "ttmoe/io/glyph_frame.hpp"
-#include "ttmoe/io/glyph_render.hpp"
+#include "ttmoe/data/datasets.hpp"
+#include "ttmoe/data/glyph_frame.hpp"
+#include "ttmoe/data/glyph_render.hpp"
+#include "ttmoe/data/image_transforms.hpp"
+#include "ttmoe/data/seed_mix.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/seed_mix.hpp"
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// A font file and the Debian package that installs it (named in the error when it is missing).
 struct DigitFont {
@@ -114,22 +115,22 @@ struct DigitSetOptions {
 /// One built domain: 28x28 1-channel images and their digit labels, class by class.
 struct DigitDomain {
   std::string name;
-  std::vector<Image> images;
+  std::vector<io::Image> images;
   std::vector<std::int64_t> labels;
 };
 
 /// The 5,000 cells of OpenCV's digits.png as 20x20 1-channel images, row by row; the label of cell i is
 /// i / 500 (five 100-cell rows per digit). Errors name the file and what is wrong with it.
-inline std::vector<Image> opencv_handwritten_cells(const std::filesystem::path& sheet_path) {
+inline std::vector<io::Image> opencv_handwritten_cells(const std::filesystem::path& sheet_path) {
   std::error_code ec;
   if (!std::filesystem::exists(sheet_path, ec))
     throw DatasetError("handwritten digits: " + sheet_path.string() +
                        " does not exist (install the Debian package opencv-doc: scripts/install-deps.sh)");
-  const Image sheet = load_image(sheet_path, 1);
+  const io::Image sheet = io::load_image(sheet_path, 1);
   if (sheet.width != 2000 || sheet.height != 1000)
     throw DatasetError("handwritten digits: " + sheet_path.string() + " is " + std::to_string(sheet.width) + "x" +
                        std::to_string(sheet.height) + ", expected OpenCV's 2000x1000 sheet of 20x20 digits");
-  std::vector<Image> cells;
+  std::vector<io::Image> cells;
   cells.reserve(5000);
   for (int r = 0; r < 50; ++r)
     for (int c = 0; c < 100; ++c) cells.push_back(crop(sheet, r * 20, c * 20, 20, 20));
@@ -141,7 +142,7 @@ inline std::vector<Image> opencv_handwritten_cells(const std::filesystem::path& 
 /// class (so a smaller per_class takes the first cells of each digit's five rows).
 inline DigitDomain build_digit_domain(const DigitDomainSpec& spec, std::size_t domain_index, const DigitSetOptions& o) {
   DigitDomain d{spec.name, {}, {}};
-  std::vector<std::vector<Image>> sources(10);  // per digit: the glyphs samples cycle through
+  std::vector<std::vector<io::Image>> sources(10);  // per digit: the glyphs samples cycle through
   if (spec.fonts.empty()) {
     if (o.per_class > 500)
       throw std::invalid_argument("digit set: the handwritten sheet has 500 digits per class, asked for " +
@@ -191,7 +192,7 @@ inline void write_digit_set(const std::vector<DigitDomain>& domains, const std::
       if (count[label] == 0) std::filesystem::create_directories(dir);
       char name[32];
       std::snprintf(name, sizeof name, "%05zu.png", count[label]++);
-      save_png(d.images[i], dir / name);
+      io::save_png(d.images[i], dir / name);
     }
   }
 }
@@ -230,4 +231,4 @@ inline std::filesystem::path ensure_digit_dataset(const std::filesystem::path& c
   return cache_dir;
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data

@@ -1,4 +1,4 @@
-// Spatial filters on ttmoe::Image: separable Gaussian blur with SciPy's kernel rule, 2-D
+// Spatial filters on ttmoe::io::Image: separable Gaussian blur with SciPy's kernel rule, 2-D
 // correlation, ImageMagick-style motion blur, bilinear sampling, affine warps, centre zoom,
 // HSV conversion. They exist for the ImageNet-C corruptions, which were defined through
 // scikit-image / SciPy / OpenCV / ImageMagick calls; each function here documents which of
@@ -15,7 +15,7 @@
 
 #include "ttmoe/io/image.hpp"
 
-namespace ttmoe::imgops {
+namespace ttmoe::data {
 
 /// How a filter reads pixels outside the image. The three conventions of the libraries the
 /// ImageNet-C reference code called, kept distinct because they change border pixels.
@@ -113,8 +113,8 @@ inline FoldedTaps fold_kernel(int n, const std::vector<double>& kernel, int anch
 }
 
 // Filters every row (along x).
-inline Image filter_rows(const Image& im, const FoldedTaps& t) {
-  Image out = make_image(im.height, im.width, im.channels);
+inline io::Image filter_rows(const io::Image& im, const FoldedTaps& t) {
+  io::Image out = io::make_image(im.height, im.width, im.channels);
   const int C = im.channels;
   const int* idx = t.index.data();
   const float* wts = t.weight.data();
@@ -142,8 +142,8 @@ inline Image filter_rows(const Image& im, const FoldedTaps& t) {
 }
 
 // Filters every column (along y): whole rows are accumulated, which vectorises.
-inline Image filter_cols(const Image& im, const FoldedTaps& t) {
-  Image out = make_image(im.height, im.width, im.channels);
+inline io::Image filter_cols(const io::Image& im, const FoldedTaps& t) {
+  io::Image out = io::make_image(im.height, im.width, im.channels);
   const std::size_t stride = static_cast<std::size_t>(im.width) * im.channels;
   std::vector<float> acc(stride);
   for (int y = 0; y < im.height; ++y) {
@@ -160,8 +160,8 @@ inline Image filter_cols(const Image& im, const FoldedTaps& t) {
 
 // Copies the image into a buffer padded by (py, px) on each side under the border rule, so
 // shifted-kernel loops can read without per-pixel index mapping.
-inline Image pad(const Image& im, int py, int px, Border b) {
-  Image out = make_image(im.height + 2 * py, im.width + 2 * px, im.channels);
+inline io::Image pad(const io::Image& im, int py, int px, Border b) {
+  io::Image out = io::make_image(im.height + 2 * py, im.width + 2 * px, im.channels);
   const int C = im.channels;
   for (int y = 0; y < out.height; ++y) {
     const int sy = border_index(y - py, im.height, b);
@@ -173,14 +173,37 @@ inline Image pad(const Image& im, int py, int px, Border b) {
   return out;
 }
 
+// One tap of a shifted-kernel filter: weight w read at row offset dy and column offset dx of the
+// padded image (offsets from the output pixel's own position, padding included).
+struct Tap {
+  int dy = 0, dx = 0;
+  float w = 0.0f;
+};
+
+// out(y, x) = sum over taps of w * padded(y + dy, x + dx), every channel, taps added in order (so
+// results do not depend on who builds the list). filter2d and motion_blur both filter this way.
+inline io::Image accumulate_taps(const io::Image& padded, int height, int width, const std::vector<Tap>& taps) {
+  io::Image out = io::make_image(height, width, padded.channels);
+  const int C = padded.channels;
+  const std::size_t orow_len = static_cast<std::size_t>(width) * C;
+  const std::size_t prow_len = static_cast<std::size_t>(padded.width) * C;
+  for (int y = 0; y < height; ++y) {
+    float* orow = &out.pixels[static_cast<std::size_t>(y) * orow_len];
+    for (const Tap& t : taps)
+      axpy(orow, &padded.pixels[static_cast<std::size_t>(y + t.dy) * prow_len + static_cast<std::size_t>(t.dx) * C], t.w,
+           orow_len);
+  }
+  return out;
+}
+
 }  // namespace filter_detail
 
 /// Correlates rows with kernel_x and columns with kernel_y (both centred), independently per
 /// channel. Kernels may be longer than the image: the border rule is folded into the taps.
-inline Image separable_filter(const Image& im, const std::vector<double>& kernel_x, const std::vector<double>& kernel_y,
-                              Border b) {
-  check_image(im, "separable_filter");
-  Image tmp = im;
+inline io::Image separable_filter(const io::Image& im, const std::vector<double>& kernel_x, const std::vector<double>& kernel_y,
+                                  Border b) {
+  io::check_image(im, "separable_filter");
+  io::Image tmp = im;
   if (kernel_x.size() != 1 || kernel_x[0] != 1.0)
     tmp = filter_detail::filter_rows(
         im, filter_detail::fold_kernel(im.width, kernel_x, static_cast<int>(kernel_x.size() / 2), b));
@@ -191,44 +214,33 @@ inline Image separable_filter(const Image& im, const std::vector<double>& kernel
 
 /// Per-channel Gaussian blur with scikit-image's `gaussian(..., multichannel=True)` semantics:
 /// SciPy kernel (radius int(truncate*sigma+0.5)); default border 'nearest' as scikit-image.
-inline Image gaussian_blur(const Image& im, double sigma, Border b = Border::clamp, double truncate = 4.0) {
+inline io::Image gaussian_blur(const io::Image& im, double sigma, Border b = Border::clamp, double truncate = 4.0) {
   const auto k = gaussian_kernel(sigma, truncate);
   return separable_filter(im, k, k, b);
 }
 
 /// OpenCV filter2D: correlation (not convolution) of every channel with a kh x kw kernel
 /// (row-major) anchored at its centre.
-inline Image filter2d(const Image& im, const std::vector<float>& kernel, int kh, int kw, Border b = Border::reflect101) {
-  check_image(im, "filter2d");
+inline io::Image filter2d(const io::Image& im, const std::vector<float>& kernel, int kh, int kw, Border b = Border::reflect101) {
+  io::check_image(im, "filter2d");
   if (kh <= 0 || kw <= 0 || kernel.size() != static_cast<std::size_t>(kh) * kw)
     throw std::invalid_argument("filter2d: kernel size does not match " + std::to_string(kh) + "x" + std::to_string(kw));
   const int ay = kh / 2, ax = kw / 2;
-  const Image p = filter_detail::pad(im, ay, ax, b);
-  Image out = make_image(im.height, im.width, im.channels);
-  const int C = im.channels;
-  const std::size_t orow_len = static_cast<std::size_t>(im.width) * C;
-  const std::size_t prow_len = static_cast<std::size_t>(p.width) * C;
-  for (int y = 0; y < im.height; ++y) {
-    float* orow = &out.pixels[static_cast<std::size_t>(y) * orow_len];
-    for (int ky = 0; ky < kh; ++ky) {
-      const float* prow = &p.pixels[static_cast<std::size_t>(y + ky) * prow_len];
-      for (int kx = 0; kx < kw; ++kx) {
-        const float w = kernel[static_cast<std::size_t>(ky) * kw + kx];
-        if (w == 0.0f) continue;
-        const float* src = prow + static_cast<std::size_t>(kx) * C;
-        filter_detail::axpy(orow, src, w, orow_len);
-      }
+  std::vector<filter_detail::Tap> taps;
+  for (int ky = 0; ky < kh; ++ky)
+    for (int kx = 0; kx < kw; ++kx) {
+      const float w = kernel[static_cast<std::size_t>(ky) * kw + kx];
+      if (w != 0.0f) taps.push_back({ky, kx, w});
     }
-  }
-  return out;
+  return filter_detail::accumulate_taps(filter_detail::pad(im, ay, ax, b), im.height, im.width, taps);
 }
 
 /// ImageMagick's MotionBlurImage(radius, sigma, angle): a one-sided Gaussian "comet tail" of
 /// 2*ceil(radius)+1 taps with weights exp(-i^2 / 2 sigma^2) (normalised), tap i read at the
 /// rounded offset (i cos(angle), i sin(angle)) (x right, y down), edge pixels replicated.
 /// This is the filter ImageNet-C's motion_blur and snow call through Wand.
-inline Image motion_blur(const Image& im, double radius, double sigma, double angle_degrees) {
-  check_image(im, "motion_blur");
+inline io::Image motion_blur(const io::Image& im, double radius, double sigma, double angle_degrees) {
+  io::check_image(im, "motion_blur");
   if (!(radius > 0.0)) return im;
   const int width = 2 * static_cast<int>(std::ceil(radius)) + 1;
   const double s = sigma > 1e-12 ? sigma : 1e-12;
@@ -240,34 +252,26 @@ inline Image motion_blur(const Image& im, double radius, double sigma, double an
   }
   constexpr double pi = 3.14159265358979323846;
   const double a = angle_degrees * pi / 180.0;
-  std::vector<int> ox(static_cast<std::size_t>(width)), oy(static_cast<std::size_t>(width));
+  std::vector<filter_detail::Tap> taps(static_cast<std::size_t>(width));
   int max_off = 0;
   for (int i = 0; i < width; ++i) {
+    auto& t = taps[static_cast<std::size_t>(i)];
     // ImageMagick: ceil(v - 0.5), i.e. round half up.
-    ox[static_cast<std::size_t>(i)] = static_cast<int>(std::ceil(i * std::cos(a) - 0.5));
-    oy[static_cast<std::size_t>(i)] = static_cast<int>(std::ceil(i * std::sin(a) - 0.5));
-    max_off = std::max({max_off, std::abs(ox[static_cast<std::size_t>(i)]), std::abs(oy[static_cast<std::size_t>(i)])});
+    t.dx = static_cast<int>(std::ceil(i * std::cos(a) - 0.5));
+    t.dy = static_cast<int>(std::ceil(i * std::sin(a) - 0.5));
+    t.w = static_cast<float>(k[static_cast<std::size_t>(i)] / total);
+    max_off = std::max({max_off, std::abs(t.dx), std::abs(t.dy)});
   }
-  const Image p = filter_detail::pad(im, max_off, max_off, Border::clamp);
-  Image out = make_image(im.height, im.width, im.channels);
-  const int C = im.channels;
-  const std::size_t orow_len = static_cast<std::size_t>(im.width) * C;
-  const std::size_t prow_len = static_cast<std::size_t>(p.width) * C;
-  for (int y = 0; y < im.height; ++y) {
-    float* orow = &out.pixels[static_cast<std::size_t>(y) * orow_len];
-    for (int i = 0; i < width; ++i) {
-      const float w = static_cast<float>(k[static_cast<std::size_t>(i)] / total);
-      const float* src = &p.pixels[static_cast<std::size_t>(y + max_off + oy[static_cast<std::size_t>(i)]) * prow_len +
-                                   static_cast<std::size_t>(max_off + ox[static_cast<std::size_t>(i)]) * C];
-      filter_detail::axpy(orow, src, w, orow_len);
-    }
+  for (auto& t : taps) {  // offsets into the copy padded by max_off on every side
+    t.dy += max_off;
+    t.dx += max_off;
   }
-  return out;
+  return filter_detail::accumulate_taps(filter_detail::pad(im, max_off, max_off, Border::clamp), im.height, im.width, taps);
 }
 
 /// Bilinear sample of every channel at real coordinates (y, x) (pixel centres at integers),
 /// neighbours outside the image resolved by the border rule; writes im.channels floats.
-inline void sample_bilinear(const Image& im, double y, double x, Border b, float* out) noexcept {
+inline void sample_bilinear(const io::Image& im, double y, double x, Border b, float* out) noexcept {
   const double fy0 = std::floor(y), fx0 = std::floor(x);
   const double ty = y - fy0, tx = x - fx0;
   // Clamp the integer part far from int overflow; border_index folds it back.
@@ -284,15 +288,15 @@ inline void sample_bilinear(const Image& im, double y, double x, Border b, float
 
 /// OpenCV warpAffine(src, M, size) with INTER_LINEAR: `forward` (2x3, row-major) maps source
 /// (x, y) to destination; each destination pixel samples the source at the inverse image.
-inline Image warp_affine(const Image& im, const std::array<double, 6>& forward, Border b = Border::reflect101) {
-  check_image(im, "warp_affine");
+inline io::Image warp_affine(const io::Image& im, const std::array<double, 6>& forward, Border b = Border::reflect101) {
+  io::check_image(im, "warp_affine");
   const double a = forward[0], bb = forward[1], c = forward[2], d = forward[3], e = forward[4], f = forward[5];
   const double det = a * e - bb * d;
   if (std::fabs(det) < 1e-12) throw std::invalid_argument("warp_affine: singular transform");
   // Inverse of [[a b c][d e f]].
   const double ia = e / det, ib = -bb / det, id = -d / det, ie = a / det;
   const double ic = -(ia * c + ib * f), iff = -(id * c + ie * f);
-  Image out = make_image(im.height, im.width, im.channels);
+  io::Image out = io::make_image(im.height, im.width, im.channels);
   for (int y = 0; y < im.height; ++y)
     for (int x = 0; x < im.width; ++x)
       sample_bilinear(im, id * x + ie * y + iff, ia * x + ib * y + ic, b, &out.at(y, x, 0));
@@ -302,8 +306,8 @@ inline Image warp_affine(const Image& im, const std::array<double, 6>& forward, 
 /// ImageNet-C's clipped_zoom: take the central ceil(n/zoom) window, enlarge it with SciPy's
 /// zoom(order=1) (output size round(n_crop*zoom), corner-aligned sampling) and keep the central
 /// n pixels, per axis. Zoom factors below 1 are treated as 1 (the reference only enlarges).
-inline Image clipped_zoom(const Image& im, double zoom) {
-  check_image(im, "clipped_zoom");
+inline io::Image clipped_zoom(const io::Image& im, double zoom) {
+  io::check_image(im, "clipped_zoom");
   if (!(zoom > 1.0)) return im;
   auto axis = [zoom](int n) {
     const int ch = std::min(n, static_cast<int>(std::ceil(n / zoom)));
@@ -316,7 +320,7 @@ inline Image clipped_zoom(const Image& im, double zoom) {
     return coord;
   };
   const auto cy = axis(im.height), cx = axis(im.width);
-  Image out = make_image(im.height, im.width, im.channels);
+  io::Image out = io::make_image(im.height, im.width, im.channels);
   for (int y = 0; y < im.height; ++y)
     for (int x = 0; x < im.width; ++x)
       sample_bilinear(im, cy[static_cast<std::size_t>(y)], cx[static_cast<std::size_t>(x)], Border::clamp,
@@ -325,9 +329,9 @@ inline Image clipped_zoom(const Image& im, double zoom) {
 }
 
 /// The image turned by 180 degrees (numpy rot90(k=2)).
-inline Image rotate180(const Image& im) {
-  check_image(im, "rotate180");
-  Image out = make_image(im.height, im.width, im.channels);
+inline io::Image rotate180(const io::Image& im) {
+  io::check_image(im, "rotate180");
+  io::Image out = io::make_image(im.height, im.width, im.channels);
   for (int y = 0; y < im.height; ++y)
     for (int x = 0; x < im.width; ++x)
       for (int c = 0; c < im.channels; ++c) out.at(im.height - 1 - y, im.width - 1 - x, c) = im.at(y, x, c);
@@ -341,11 +345,11 @@ inline constexpr std::array<float, 3> torchvision_gray_weights{0.2989f, 0.587f, 
 
 /// weights[0] R + weights[1] G + weights[2] B as a 1-channel image (OpenCV's weights by default); a
 /// 1-channel input is returned unchanged.
-inline Image to_gray(const Image& im, const std::array<float, 3>& weights = opencv_gray_weights) {
-  check_image(im, "to_gray");
+inline io::Image to_gray(const io::Image& im, const std::array<float, 3>& weights = opencv_gray_weights) {
+  io::check_image(im, "to_gray");
   if (im.channels == 1) return im;
   if (im.channels < 3) throw std::invalid_argument("to_gray: needs 1 or >= 3 channels");
-  Image out = make_image(im.height, im.width, 1);
+  io::Image out = io::make_image(im.height, im.width, 1);
   for (std::size_t i = 0; i < out.pixels.size(); ++i) {
     const float* p = &im.pixels[i * static_cast<std::size_t>(im.channels)];
     out.pixels[i] = weights[0] * p[0] + weights[1] * p[1] + weights[2] * p[2];
@@ -387,8 +391,8 @@ inline std::array<double, 3> hsv_to_rgb(double h, double s, double v) noexcept {
 }
 
 /// Clips every value to [0,1] in place (every corruption's last step).
-inline void clip01(Image& im) noexcept {
+inline void clip01(io::Image& im) noexcept {
   for (auto& v : im.pixels) v = v > 0.0f ? (v < 1.0f ? v : 1.0f) : 0.0f;
 }
 
-}  // namespace ttmoe::imgops
+}  // namespace ttmoe::data

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/io/plot.hpp"
+#include "ttmoe/plot/canvas.hpp"
 
 namespace ttmoe::plot {
 
@@ -30,7 +30,7 @@ struct HeatmapGrid {
 };
 
 /// Renders the grid with a vertical colour bar on the right.
-inline Image render(const HeatmapGrid& g) {
+inline io::Image render(const HeatmapGrid& g) {
   if (g.tiles.empty()) throw std::invalid_argument("plot::render(HeatmapGrid): no tiles");
   for (const auto& t : g.tiles)
     if (t.rows <= 0 || t.cols <= 0 || t.values.size() != std::size_t(t.rows) * std::size_t(t.cols))
@@ -70,6 +70,6 @@ inline Image render(const HeatmapGrid& g) {
 }
 
 /// Renders and writes a PNG.
-inline void save(const HeatmapGrid& g, const std::filesystem::path& path) { save_png(render(g), path); }
+inline void save(const HeatmapGrid& g, const std::filesystem::path& path) { io::save_png(render(g), path); }
 
 }  // namespace ttmoe::plot

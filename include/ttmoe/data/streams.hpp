@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/io/datasets.hpp"
+#include "ttmoe/data/datasets.hpp"
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// One element of a stream.
 struct StreamItem {
@@ -227,4 +227,4 @@ inline SettingDomains setting_domains(Setting setting, const SettingFolders& fol
   return out;
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data

@@ -22,11 +22,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "ttmoe/io/datasets_transform.hpp"
+#include "ttmoe/data/datasets_transform.hpp"
+#include "ttmoe/data/image_filters.hpp"
+#include "ttmoe/data/image_transforms.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/image_filters.hpp"
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// A crop window (top row, left column, height, width) in pixels.
 struct CropBox {
@@ -62,9 +63,9 @@ inline CropBox random_resized_crop_box(int image_h, int image_w, std::mt19937_64
 }
 
 /// The image mirrored left-right.
-inline Image flip_horizontal(const Image& im) {
-  check_image(im, "flip_horizontal");
-  Image out = im;
+inline io::Image flip_horizontal(const io::Image& im) {
+  io::check_image(im, "flip_horizontal");
+  io::Image out = im;
   for (int y = 0; y < im.height; ++y)
     for (int x = 0; x < im.width; ++x)
       for (int c = 0; c < im.channels; ++c) out.at(y, im.width - 1 - x, c) = im.at(y, x, c);
@@ -73,7 +74,7 @@ inline Image flip_horizontal(const Image& im) {
 
 namespace augment_detail {
 // torchvision's _blend: clamp(f * a + (1 - f) * b, 0, 1), with b given per pixel (gray image) or as one value.
-inline void blend_with_gray(Image& im, const Image& gray, float f) {
+inline void blend_with_gray(io::Image& im, const io::Image& gray, float f) {
   const auto c = std::size_t(im.channels);
   for (std::size_t i = 0; i < gray.pixels.size(); ++i)
     for (std::size_t k = 0; k < c; ++k) {
@@ -84,59 +85,59 @@ inline void blend_with_gray(Image& im, const Image& gray, float f) {
 }  // namespace augment_detail
 
 /// torchvision adjust_brightness on floats: clamp(f * x, 0, 1).
-inline Image adjust_brightness(const Image& im, float f) {
-  check_image(im, "adjust_brightness");
-  Image out = im;
+inline io::Image adjust_brightness(const io::Image& im, float f) {
+  io::check_image(im, "adjust_brightness");
+  io::Image out = im;
   for (auto& v : out.pixels) v = std::clamp(f * v, 0.0f, 1.0f);
   return out;
 }
 
 /// torchvision adjust_contrast on floats: blend with the mean of the grayscale image (of the image itself
 /// when it has one channel).
-inline Image adjust_contrast(const Image& im, float f) {
-  check_image(im, "adjust_contrast");
-  const Image gray = imgops::to_gray(im, imgops::torchvision_gray_weights);
+inline io::Image adjust_contrast(const io::Image& im, float f) {
+  io::check_image(im, "adjust_contrast");
+  const io::Image gray = to_gray(im, torchvision_gray_weights);
   double sum = 0.0;
   for (float v : gray.pixels) sum += v;
   const float mean = float(sum / double(gray.pixels.size()));
-  Image out = im;
+  io::Image out = im;
   for (auto& v : out.pixels) v = std::clamp(f * v + (1.0f - f) * mean, 0.0f, 1.0f);
   return out;
 }
 
 /// torchvision adjust_saturation on floats: blend with the grayscale image; a 1-channel image is unchanged.
-inline Image adjust_saturation(const Image& im, float f) {
-  check_image(im, "adjust_saturation");
+inline io::Image adjust_saturation(const io::Image& im, float f) {
+  io::check_image(im, "adjust_saturation");
   if (im.channels == 1) return im;
-  Image out = im;
-  augment_detail::blend_with_gray(out, imgops::to_gray(im, imgops::torchvision_gray_weights), f);
+  io::Image out = im;
+  augment_detail::blend_with_gray(out, to_gray(im, torchvision_gray_weights), f);
   return out;
 }
 
 /// torchvision adjust_hue: hue shifted by `shift` turns (in [-0.5, 0.5]) in HSV; 1-channel unchanged.
-inline Image adjust_hue(const Image& im, float shift) {
-  check_image(im, "adjust_hue");
+inline io::Image adjust_hue(const io::Image& im, float shift) {
+  io::check_image(im, "adjust_hue");
   if (!(shift >= -0.5f && shift <= 0.5f))
     throw std::invalid_argument("adjust_hue: shift must be in [-0.5, 0.5], got " + std::to_string(shift));
   if (im.channels == 1) return im;
   if (im.channels != 3) throw std::invalid_argument("adjust_hue: needs 1 or 3 channels");
-  Image out = im;
+  io::Image out = im;
   for (std::size_t i = 0; i < out.pixels.size(); i += 3) {
-    auto hsv = imgops::rgb_to_hsv(out.pixels[i], out.pixels[i + 1], out.pixels[i + 2]);
+    auto hsv = rgb_to_hsv(out.pixels[i], out.pixels[i + 1], out.pixels[i + 2]);
     double h = hsv[0] + double(shift);
     h -= std::floor(h);  // torch's (h + shift) % 1.0
-    const auto rgb = imgops::hsv_to_rgb(h, hsv[1], hsv[2]);
+    const auto rgb = hsv_to_rgb(h, hsv[1], hsv[2]);
     for (std::size_t k = 0; k < 3; ++k) out.pixels[i + k] = float(rgb[k]);
   }
   return out;
 }
 
 /// torchvision Grayscale(num_output_channels = channels): the gray value copied into every channel.
-inline Image grayscale_like(const Image& im) {
-  check_image(im, "grayscale_like");
+inline io::Image grayscale_like(const io::Image& im) {
+  io::check_image(im, "grayscale_like");
   if (im.channels == 1) return im;
-  const Image gray = imgops::to_gray(im, imgops::torchvision_gray_weights);
-  Image out = im;
+  const io::Image gray = to_gray(im, torchvision_gray_weights);
+  io::Image out = im;
   const auto c = std::size_t(im.channels);
   for (std::size_t i = 0; i < gray.pixels.size(); ++i)
     for (std::size_t k = 0; k < c; ++k) out.pixels[i * c + k] = gray.pixels[i];
@@ -155,10 +156,10 @@ struct TrainAugment {
 };
 
 /// One augmented image (HWC floats in [0,1], same channel count as `im`, size x size), not yet normalised.
-inline Image augment_image(const Image& im, const TrainAugment& a, std::mt19937_64& rng) {
-  check_image(im, "augment_image");
+inline io::Image augment_image(const io::Image& im, const TrainAugment& a, std::mt19937_64& rng) {
+  io::check_image(im, "augment_image");
   const CropBox b = random_resized_crop_box(im.height, im.width, rng, a.scale_min, a.scale_max, a.ratio_min, a.ratio_max);
-  Image x = resize(crop(im, b.top, b.left, b.height, b.width), a.size, a.size, ResizeFilter::bilinear);
+  io::Image x = resize(crop(im, b.top, b.left, b.height, b.width), a.size, a.size, ResizeFilter::bilinear);
   std::uniform_real_distribution<double> u01(0.0, 1.0);
   if (u01(rng) < a.flip_p) x = flip_horizontal(x);
   // ColorJitter: draw the four factors, then apply them in a random order (torch.randperm(4)).
@@ -178,7 +179,7 @@ inline Image augment_image(const Image& im, const TrainAugment& a, std::mt19937_
 }
 
 /// Augments and normalises into `out` (channels * size * size floats, planar CHW).
-inline void augment_into(const Image& im, const TrainAugment& a, std::mt19937_64& rng, std::span<float> out) {
+inline void augment_into(const io::Image& im, const TrainAugment& a, std::mt19937_64& rng, std::span<float> out) {
   normalize_chw(augment_image(im, a, rng), a.norm.mean, a.norm.std, out);
 }
 
@@ -189,10 +190,10 @@ struct EvalTransform {
 };
 
 /// Applies the evaluation transform into `out` (channels * size * size floats, planar CHW).
-inline void eval_transform_into(const Image& im, const EvalTransform& t, std::span<float> out) {
-  check_image(im, "eval_transform_into");
-  const Image x = (im.height == t.size && im.width == t.size) ? im : resize(im, t.size, t.size, ResizeFilter::bilinear);
+inline void eval_transform_into(const io::Image& im, const EvalTransform& t, std::span<float> out) {
+  io::check_image(im, "eval_transform_into");
+  const io::Image x = (im.height == t.size && im.width == t.size) ? im : resize(im, t.size, t.size, ResizeFilter::bilinear);
   normalize_chw(x, t.norm.mean, t.norm.std, out);
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data

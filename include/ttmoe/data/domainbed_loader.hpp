@@ -20,14 +20,14 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/io/augment.hpp"
-#include "ttmoe/io/domainbed.hpp"
-#include "ttmoe/io/domainbed_split.hpp"
+#include "ttmoe/data/augment.hpp"
+#include "ttmoe/data/domainbed.hpp"
+#include "ttmoe/data/domainbed_split.hpp"
+#include "ttmoe/data/seed_mix.hpp"
+#include "ttmoe/data/streams_loader.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/seed_mix.hpp"
-#include "ttmoe/io/streams_loader.hpp"
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// A batch of preprocessed images: planar CHW floats per image, one label and domain index each.
 struct ImageBatch {
@@ -82,7 +82,7 @@ inline ImageBatch training_batch(const DomainBedDataset& ds, const std::vector<E
     for (std::size_t k = 0; k < cfg.per_domain; ++k, ++slot_out) {
       const auto& f = ds.environments[env].files[in[u(pick)]];
       std::mt19937_64 rng(seed_mix(base, k + 1));
-      augment_into(load_image(f.path, cfg.decode_channels), cfg.augment, rng,
+      augment_into(io::load_image(f.path, cfg.decode_channels), cfg.augment, rng,
                    std::span<float>(b.images.data() + slot_out * per_image, per_image));
       b.labels.push_back(f.label);
       b.domains.push_back(std::int64_t(env));
@@ -103,7 +103,7 @@ inline ImageBatch evaluation_batch(const DomainBedDataset& ds, std::size_t env, 
   b.images.resize((end - begin) * per_image);
   for (std::size_t i = begin; i < end; ++i) {
     const auto& f = ds.environments[env].files.at(indices[i]);
-    eval_transform_into(load_image(f.path, decode_channels), t,
+    eval_transform_into(io::load_image(f.path, decode_channels), t,
                         std::span<float>(b.images.data() + (i - begin) * per_image, per_image));
     b.labels.push_back(f.label);
     b.domains.push_back(std::int64_t(env));
@@ -137,4 +137,4 @@ inline BackgroundLoader<ImageBatch> training_stream(const DomainBedDataset& ds, 
       cfg.queue);
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data

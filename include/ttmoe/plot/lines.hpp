@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/io/plot.hpp"
+#include "ttmoe/plot/canvas.hpp"
 
 namespace ttmoe::plot {
 
@@ -31,7 +31,7 @@ struct LinePlot {
 };
 
 /// Renders `p` (non-finite points are skipped, breaking the line).
-inline Image render(const LinePlot& p) {
+inline io::Image render(const LinePlot& p) {
   Canvas cv(p.width, p.height);
   const int s = 2;  // text scale: stb_easy_font is 12 px tall at 1, too small for a figure
   const int left = 110, right = 30, top = 84, bottom = 80;
@@ -99,6 +99,6 @@ inline Image render(const LinePlot& p) {
 }
 
 /// Renders and writes a PNG.
-inline void save(const LinePlot& p, const std::filesystem::path& path) { save_png(render(p), path); }
+inline void save(const LinePlot& p, const std::filesystem::path& path) { io::save_png(render(p), path); }
 
 }  // namespace ttmoe::plot

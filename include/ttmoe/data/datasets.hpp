@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// A data set folder that is missing or malformed; the message names the folder and what to do.
 class DatasetError : public std::runtime_error {
@@ -186,4 +186,4 @@ inline std::vector<std::string> discover_imagenet_c(const std::filesystem::path&
   return found;
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data

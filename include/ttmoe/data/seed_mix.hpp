@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// Combines `h` with `v` and scrambles the result (SplitMix64's finaliser): seed_mix(seed_mix(s, a), b)
 /// gives unrelated streams for neighbouring (a, b).
@@ -15,4 +15,4 @@ inline std::uint64_t seed_mix(std::uint64_t h, std::uint64_t v) {
   return z ^ (z >> 31);
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data

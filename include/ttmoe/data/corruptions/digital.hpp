@@ -7,16 +7,17 @@
 #include <cstdint>
 #include <vector>
 
-#include "ttmoe/io/corruptions_common.hpp"
+#include "ttmoe/data/corruptions/common.hpp"
+#include "ttmoe/data/image_filters.hpp"
+#include "ttmoe/data/image_transforms.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/image_filters.hpp"
 
-namespace ttmoe::corruptions {
+namespace ttmoe::data::corruptions {
 
 /// Contrast: (x - m) * c + m with m the per-channel mean over the image, c = {.4,.3,.2,.1,.05}
 /// (ImageNet-C) or {.75,.5,.4,.3,.15} (CIFAR-10-C).
-inline Image contrast(const Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                      const CorruptionOptions& opt = {}) {
+inline io::Image contrast(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
+                          const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::contrast);
   if (severity == 0) return im;
   static constexpr std::array<double, 5> imagenet{.4, .3, .2, .1, .05};
@@ -27,10 +28,10 @@ inline Image contrast(const Image& im, int severity, std::uint64_t /*seed: deter
   for (std::size_t i = 0; i < im.pixels.size(); ++i) mean[i % C] += im.pixels[i];
   const double n = static_cast<double>(im.height) * im.width;
   for (auto& m : mean) m /= n;
-  Image out = im;
+  io::Image out = im;
   for (std::size_t i = 0; i < out.pixels.size(); ++i)
     out.pixels[i] = static_cast<float>((out.pixels[i] - mean[i % C]) * c + mean[i % C]);
-  imgops::clip01(out);
+  data::clip01(out);
   return out;
 }
 
@@ -67,7 +68,7 @@ inline std::array<double, 6> affine_from_points(const std::array<double, 6>& src
 /// (.08,.06,.06),(.1,.04,.05),(.1,.03,.03)} (CIFAR-10-C), all times the length scale. Note the
 /// published table is not monotone in visual strength: severities 1-2 are mostly a large affine
 /// warp, 3-5 a small affine warp plus local jitter.
-inline Image elastic_transform(const Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
+inline io::Image elastic_transform(const io::Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::elastic_transform);
   if (severity == 0) return im;
   using P = std::array<double, 3>;
@@ -88,34 +89,34 @@ inline Image elastic_transform(const Image& im, int severity, std::uint64_t seed
   const std::array<double, 6> pts1{cx + sq, cy + sq, cx + sq, cy - sq, cx - sq, cy - sq};
   std::array<double, 6> pts2 = pts1;
   for (auto& v : pts2) v += rng.uniform(-affine, affine);
-  const Image warped =
-      imgops::warp_affine(im, digital_detail::affine_from_points(pts1, pts2), imgops::Border::reflect101);
+  const io::Image warped =
+      data::warp_affine(im, digital_detail::affine_from_points(pts1, pts2), data::Border::reflect101);
 
   // Smooth random displacement fields (dx for columns first, then dy, as the reference draws them).
   auto field = [&] {
-    Image f = make_image(H, W, 1);
+    io::Image f = io::make_image(H, W, 1);
     for (auto& v : f.pixels) v = static_cast<float>(rng.uniform(-1.0, 1.0));
-    f = imgops::gaussian_blur(f, sigma, imgops::Border::reflect, 3.0);
+    f = data::gaussian_blur(f, sigma, data::Border::reflect, 3.0);
     for (auto& v : f.pixels) v = static_cast<float>(v * alpha);
     return f;
   };
-  const Image dx = field();
-  const Image dy = field();
+  const io::Image dx = field();
+  const io::Image dy = field();
 
-  Image out = make_image(H, W, im.channels);
+  io::Image out = io::make_image(H, W, im.channels);
   for (int y = 0; y < H; ++y)
     for (int x = 0; x < W; ++x)
-      imgops::sample_bilinear(warped, y + static_cast<double>(dy.at(y, x, 0)), x + static_cast<double>(dx.at(y, x, 0)),
-                              imgops::Border::reflect, &out.at(y, x, 0));
-  imgops::clip01(out);
+      data::sample_bilinear(warped, y + static_cast<double>(dy.at(y, x, 0)), x + static_cast<double>(dx.at(y, x, 0)),
+                            data::Border::reflect, &out.at(y, x, 0));
+  data::clip01(out);
   return out;
 }
 
 /// Pixelate: PIL BOX resize down to int(W*c) x int(H*c) and BOX back up (area average, then
 /// blocky nearest-like enlargement), c = {.6,.5,.4,.3,.25} (ImageNet-C) or
 /// {.95,.9,.85,.75,.65} (CIFAR-10-C); relative, so no length scaling.
-inline Image pixelate(const Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                      const CorruptionOptions& opt = {}) {
+inline io::Image pixelate(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
+                          const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::pixelate);
   if (severity == 0) return im;
   static constexpr std::array<double, 5> imagenet{.6, .5, .4, .3, .25};
@@ -123,8 +124,8 @@ inline Image pixelate(const Image& im, int severity, std::uint64_t /*seed: deter
   const double c = corruption_detail::pick(imagenet, cifar, corruption_scale(im, opt.table), severity);
   const int h = std::max(1, static_cast<int>(im.height * c));
   const int w = std::max(1, static_cast<int>(im.width * c));
-  Image out = resize(resize(im, h, w, ResizeFilter::box), im.height, im.width, ResizeFilter::box);
-  imgops::clip01(out);
+  io::Image out = resize(resize(im, h, w, ResizeFilter::box), im.height, im.width, ResizeFilter::box);
+  data::clip01(out);
   return out;
 }
 
@@ -132,17 +133,17 @@ inline Image pixelate(const Image& im, int severity, std::uint64_t /*seed: deter
 /// (ImageNet-C) or {80,65,58,50,40} (CIFAR-10-C) and decode again. The reference used PIL
 /// (libjpeg); both use the IJG quantisation tables scaled by quality and 4:2:0 chroma, so the
 /// artefacts match closely though not bit for bit.
-inline Image jpeg_compression(const Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                              const CorruptionOptions& opt = {}) {
+inline io::Image jpeg_compression(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
+                                  const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::jpeg_compression);
   if (severity == 0) return im;
   static constexpr std::array<int, 5> imagenet{25, 18, 15, 10, 7};
   static constexpr std::array<int, 5> cifar{80, 65, 58, 50, 40};
   const int q = corruption_detail::pick(imagenet, cifar, corruption_scale(im, opt.table), severity);
-  const auto bytes = encode_jpeg(im, q);
-  Image out = decode_image(bytes, im.channels, "<jpeg_compression>");
-  imgops::clip01(out);
+  const auto bytes = io::encode_jpeg(im, q);
+  io::Image out = io::decode_image(bytes, im.channels, "<jpeg_compression>");
+  data::clip01(out);
   return out;
 }
 
-}  // namespace ttmoe::corruptions
+}  // namespace ttmoe::data::corruptions

@@ -1,5 +1,5 @@
 // ImageNet-C blur corruptions: defocus_blur, glass_blur, motion_blur, zoom_blur.
-// Pixel-length parameters scale with the image (see corruptions_common.hpp); zoom factors are
+// Pixel-length parameters scale with the image (see common.hpp); zoom factors are
 // relative and need no scaling.
 #pragma once
 
@@ -10,11 +10,11 @@
 #include <utility>
 #include <vector>
 
-#include "ttmoe/io/corruptions_common.hpp"
+#include "ttmoe/data/corruptions/common.hpp"
+#include "ttmoe/data/image_filters.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/image_filters.hpp"
 
-namespace ttmoe::corruptions {
+namespace ttmoe::data::corruptions {
 
 /// The reference's disk() at length scale `scale`: an aliased disk of radius radius*scale on a
 /// (2R+1)^2 grid, normalised, then smoothed by an OpenCV GaussianBlur (reflect-101 borders) of
@@ -33,7 +33,7 @@ inline std::pair<std::vector<float>, int> defocus_disk(double radius, double ali
   alias_blur *= scale;
   radius *= scale;
   const int n = 2 * R + 1;
-  Image disk = make_image(n, n, 1);
+  io::Image disk = io::make_image(n, n, 1);
   double total = 0.0;
   for (int y = -R; y <= R; ++y)
     for (int x = -R; x <= R; ++x)
@@ -51,7 +51,7 @@ inline std::pair<std::vector<float>, int> defocus_disk(double radius, double ali
     gs += g[static_cast<std::size_t>(i)];
   }
   for (auto& v : g) v /= gs;
-  disk = imgops::separable_filter(disk, g, g, imgops::Border::reflect101);
+  disk = data::separable_filter(disk, g, g, data::Border::reflect101);
   // Weights below 1e-9 of the peak (e.g. exp(-50)^2 tails of sigma 0.1) cannot change a float
   // result but are denormal in float and would slow the correlation a hundredfold: drop them.
   const float peak = *std::max_element(disk.pixels.begin(), disk.pixels.end());
@@ -77,8 +77,8 @@ inline std::pair<std::vector<float>, int> defocus_disk(double radius, double ali
 /// Defocus: correlation with defocus_disk(radius, alias_blur) (OpenCV filter2D, reflect-101
 /// borders). (radius, alias_blur) = {(3,.1),(4,.5),(6,.5),(8,.5),(10,.5)} (ImageNet-C) or
 /// {(.3,.4),(.4,.5),(.5,.6),(1,.2),(1.5,.1)} (CIFAR-10-C), both multiplied by the length scale.
-inline Image defocus_blur(const Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                          const CorruptionOptions& opt = {}) {
+inline io::Image defocus_blur(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
+                              const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::defocus_blur);
   if (severity == 0) return im;
   using P = std::array<double, 2>;
@@ -87,8 +87,8 @@ inline Image defocus_blur(const Image& im, int severity, std::uint64_t /*seed: d
   const auto sc = corruption_scale(im, opt.table);
   const P& c = corruption_detail::pick(imagenet, cifar, sc, severity);
   const auto [kernel, side] = defocus_disk(c[0], c[1], sc.scale);
-  Image out = imgops::filter2d(im, kernel, side, side, imgops::Border::reflect101);
-  imgops::clip01(out);
+  io::Image out = data::filter2d(im, kernel, side, side, data::Border::reflect101);
+  data::clip01(out);
   return out;
 }
 
@@ -98,7 +98,7 @@ inline Image defocus_blur(const Image& im, int severity, std::uint64_t /*seed: d
 /// then blur again. (sigma, delta, iterations) = {(.7,1,2),(.9,2,1),(1,2,3),(1.1,3,2),(1.5,4,2)}
 /// (ImageNet-C) or {(.05,1,1),(.25,1,1),(.4,1,1),(.25,1,2),(.4,1,2)} (CIFAR-10-C); sigma is
 /// scaled by the length scale, delta too (rounded, at least 1).
-inline Image glass_blur(const Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
+inline io::Image glass_blur(const io::Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::glass_blur);
   if (severity == 0) return im;
   struct P {
@@ -114,7 +114,7 @@ inline Image glass_blur(const Image& im, int severity, std::uint64_t seed, const
   const int d = std::max(1, static_cast<int>(std::lround(c.delta * sc.scale)));
   auto rng = corruption_detail::make_rng(seed, Corruption::glass_blur);
 
-  Image x = imgops::gaussian_blur(im, sigma);
+  io::Image x = data::gaussian_blur(im, sigma);
   for (auto& v : x.pixels) v = std::floor(std::clamp(v, 0.0f, 1.0f) * 255.0f) / 255.0f;
   const int H = x.height, W = x.width, C = x.channels;
   for (int it = 0; it < c.iterations; ++it)
@@ -125,16 +125,16 @@ inline Image glass_blur(const Image& im, int severity, std::uint64_t seed, const
         const int hp = h + dy, wp = w + dx;
         for (int ch = 0; ch < C; ++ch) std::swap(x.at(h, w, ch), x.at(hp, wp, ch));
       }
-  Image out = imgops::gaussian_blur(x, sigma);
-  imgops::clip01(out);
+  io::Image out = data::gaussian_blur(x, sigma);
+  data::clip01(out);
   return out;
 }
 
-/// Motion blur: ImageMagick's motion blur (imgops::motion_blur: one-sided Gaussian streak of
+/// Motion blur: ImageMagick's motion blur (data::motion_blur: one-sided Gaussian streak of
 /// 2*ceil(radius)+1 taps) at a uniformly random angle in [-45, 45) degrees.
 /// (radius, sigma) = {(10,3),(15,5),(15,8),(15,12),(20,15)} (ImageNet-C) or
 /// {(6,1),(6,1.5),(6,2),(8,2),(9,2.5)} (CIFAR-10-C), both scaled by the length scale.
-inline Image motion_blur(const Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
+inline io::Image motion_blur(const io::Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::motion_blur);
   if (severity == 0) return im;
   using P = std::array<double, 2>;
@@ -144,8 +144,8 @@ inline Image motion_blur(const Image& im, int severity, std::uint64_t seed, cons
   const P& c = corruption_detail::pick(imagenet, cifar, sc, severity);
   auto rng = corruption_detail::make_rng(seed, Corruption::motion_blur);
   const double angle = rng.uniform(-45.0, 45.0);
-  Image out = imgops::motion_blur(im, c[0] * sc.scale, c[1] * sc.scale, angle);
-  imgops::clip01(out);
+  io::Image out = data::motion_blur(im, c[0] * sc.scale, c[1] * sc.scale, angle);
+  data::clip01(out);
   return out;
 }
 
@@ -154,8 +154,8 @@ inline Image motion_blur(const Image& im, int severity, std::uint64_t seed, cons
 /// point length, is listed explicitly: ImageNet-C (step, count) = {(.01,12),(.01,16),(.02,11),
 /// (.02,13),(.03,11)}, CIFAR-10-C {(.01,7),(.01,12),(.01,16),(.01,21),(.01,26)}. As in the
 /// reference the unzoomed image is counted twice (once as x, once as factor 1).
-inline Image zoom_blur(const Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                       const CorruptionOptions& opt = {}) {
+inline io::Image zoom_blur(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
+                           const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::zoom_blur);
   if (severity == 0) return im;
   struct P {
@@ -170,13 +170,13 @@ inline Image zoom_blur(const Image& im, int severity, std::uint64_t /*seed: dete
   std::vector<double> acc(im.pixels.begin(), im.pixels.end());  // the "x +" term
   for (int i = 0; i < c.count; ++i) {
     const double z = 1.0 + i * c.step;
-    const Image zi = imgops::clipped_zoom(im, z);
+    const io::Image zi = data::clipped_zoom(im, z);
     for (std::size_t j = 0; j < acc.size(); ++j) acc[j] += zi.pixels[j];
   }
-  Image out = make_image(im.height, im.width, im.channels);
+  io::Image out = io::make_image(im.height, im.width, im.channels);
   for (std::size_t j = 0; j < acc.size(); ++j) out.pixels[j] = static_cast<float>(acc[j] / (c.count + 1));
-  imgops::clip01(out);
+  data::clip01(out);
   return out;
 }
 
-}  // namespace ttmoe::corruptions
+}  // namespace ttmoe::data::corruptions

@@ -34,11 +34,11 @@
 
 #include "ttmoe/io/image.hpp"
 
-namespace ttmoe {
+namespace ttmoe::data::corruptions {
 
 /// The 15 ImageNet-C corruptions, in the paper's order (noise, blur, weather, digital), then the
 /// four "extra" ones ImageNet-C provides as a validation set (speckle_noise, gaussian_blur, spatter,
-/// saturate; corruptions_extra.hpp).
+/// saturate; extra.hpp).
 enum class Corruption {
   gaussian_noise,
   shot_noise,
@@ -125,10 +125,10 @@ enum class ParameterTable {
 /// Knobs beyond (corruption, severity, seed); the defaults reproduce the documented behaviour.
 struct CorruptionOptions {
   ParameterTable table = ParameterTable::automatic;
-  /// Frost overlays. Empty: a procedural ice texture (see corruptions_weather.hpp). Otherwise
+  /// Frost overlays. Empty: a procedural ice texture (see weather.hpp). Otherwise
   /// one of these images is picked at random and randomly cropped, as the reference does with
   /// its six frost photographs (load them with load_frost_textures()).
-  std::vector<Image> frost_textures;
+  std::vector<io::Image> frost_textures;
 };
 
 /// The table and length scale chosen for an image (see the rule at the top of this file).
@@ -139,7 +139,7 @@ struct CorruptionScale {
 };
 
 /// Applies the 64-px rule (or the override) to an image's size.
-inline CorruptionScale corruption_scale(const Image& im, ParameterTable table = ParameterTable::automatic) {
+inline CorruptionScale corruption_scale(const io::Image& im, ParameterTable table = ParameterTable::automatic) {
   const int shorter = std::min(im.height, im.width);
   const bool cifar = table == ParameterTable::cifar || (table == ParameterTable::automatic && shorter <= 64);
   CorruptionScale s;
@@ -239,9 +239,9 @@ inline CorruptionRng make_rng(std::uint64_t seed, Corruption c) {
 }
 
 // Common argument checks: a well-formed 1- or 3-channel image and a severity in 0..5.
-inline void check_args(const Image& im, int severity, Corruption c) {
+inline void check_args(const io::Image& im, int severity, Corruption c) {
   const std::string where(corruption_name(c));
-  check_image(im, where);
+  io::check_image(im, where);
   if (im.channels != 1 && im.channels != 3)
     throw std::invalid_argument(where + ": needs a 1- or 3-channel image, got " + std::to_string(im.channels));
   if (severity < 0 || severity > 5)
@@ -257,4 +257,4 @@ const T& pick(const std::array<T, 5>& imagenet, const std::array<T, 5>& cifar, c
 
 }  // namespace corruption_detail
 
-}  // namespace ttmoe
+}  // namespace ttmoe::data::corruptions

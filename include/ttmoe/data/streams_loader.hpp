@@ -15,7 +15,7 @@
 #include <thread>
 #include <utility>
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// In-order, bounded, single-thread background producer of `count` values of type B.
 template <class B>
@@ -97,4 +97,4 @@ class BackgroundLoader {
   std::thread thread_;  // last: starts after every other member exists
 };
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data

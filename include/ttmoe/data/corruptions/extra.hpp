@@ -2,7 +2,7 @@
 // Hendrycks & Dietterich released them beside the fifteen as held-out corruptions for validation
 // (their make_imagenet_c.py / make_cifar_c.py "extra" functions); an experiment chooses its
 // hyper-parameters on these and reports on the fifteen. Same rules as the fifteen
-// (corruptions_common.hpp): ImageNet-C or CIFAR-10-C table by the 64-px rule, pixel lengths
+// (common.hpp): ImageNet-C or CIFAR-10-C table by the 64-px rule, pixel lengths
 // (Gaussian sigmas) multiplied by the length scale, deterministic per seed, result clipped to [0,1].
 #pragma once
 
@@ -12,38 +12,38 @@
 #include <cstdint>
 #include <vector>
 
-#include "ttmoe/io/corruptions_common.hpp"
+#include "ttmoe/data/corruptions/common.hpp"
+#include "ttmoe/data/image_filters.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/image_filters.hpp"
 
-namespace ttmoe::corruptions {
+namespace ttmoe::data::corruptions {
 
 /// Multiplicative noise x + x * N(0, c^2), c = {.15,.2,.35,.45,.6} (ImageNet-C) or
 /// {.06,.1,.12,.16,.2} (CIFAR-10-C): dark pixels stay dark, bright ones get noisy.
-inline Image speckle_noise(const Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
+inline io::Image speckle_noise(const io::Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::speckle_noise);
   if (severity == 0) return im;
   static constexpr std::array<double, 5> imagenet{.15, .2, .35, .45, .6};
   static constexpr std::array<double, 5> cifar{.06, .1, .12, .16, .2};
   const double c = corruption_detail::pick(imagenet, cifar, corruption_scale(im, opt.table), severity);
   auto rng = corruption_detail::make_rng(seed, Corruption::speckle_noise);
-  Image out = im;
+  io::Image out = im;
   for (auto& v : out.pixels) v = static_cast<float>(v + v * c * rng.normal());
-  imgops::clip01(out);
+  data::clip01(out);
   return out;
 }
 
 /// scikit-image gaussian(sigma, multichannel) per channel ('nearest' borders, truncate 4), sigma =
 /// {1,2,3,4,6} (ImageNet-C) or {.4,.6,.7,.8,1} (CIFAR-10-C), times the length scale.
-inline Image gaussian_blur(const Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                           const CorruptionOptions& opt = {}) {
+inline io::Image gaussian_blur(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
+                               const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::gaussian_blur);
   if (severity == 0) return im;
   static constexpr std::array<double, 5> imagenet{1, 2, 3, 4, 6};
   static constexpr std::array<double, 5> cifar{.4, .6, .7, .8, 1};
   const auto sc = corruption_scale(im, opt.table);
-  Image out = imgops::gaussian_blur(im, corruption_detail::pick(imagenet, cifar, sc, severity) * sc.scale);
-  imgops::clip01(out);
+  io::Image out = data::gaussian_blur(im, corruption_detail::pick(imagenet, cifar, sc, severity) * sc.scale);
+  data::clip01(out);
   return out;
 }
 
@@ -53,27 +53,27 @@ inline Image gaussian_blur(const Image& im, int severity, std::uint64_t /*seed: 
 /// A 1-channel image is a gray RGB image (s = 0, h = 0): severities 1-3 leave it unchanged and the
 /// offset c1 of 4-5 tints it red, (v, v(1-c1), v(1-c1)), which is returned as its OpenCV gray value
 /// v (1 - 0.701 c1) so the output keeps the input's single channel.
-inline Image saturate(const Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                      const CorruptionOptions& opt = {}) {
+inline io::Image saturate(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
+                          const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::saturate);
   if (severity == 0) return im;
   static constexpr std::array<std::array<double, 2>, 5> imagenet{{{.3, 0}, {.1, 0}, {2, 0}, {5, .1}, {20, .2}}};
   static constexpr std::array<std::array<double, 2>, 5> cifar{{{.3, 0}, {.1, 0}, {1.5, 0}, {2, .1}, {2.5, .2}}};
   const auto& c = corruption_detail::pick(imagenet, cifar, corruption_scale(im, opt.table), severity);
-  Image out = im;
+  io::Image out = im;
   if (im.channels == 1) {
     const double s = std::clamp(c[1], 0.0, 1.0);
     const double gray = 0.299 + (0.587 + 0.114) * (1.0 - s);
     for (auto& v : out.pixels) v = static_cast<float>(v * gray);
   } else {
     for (std::size_t p = 0; p < out.pixels.size(); p += 3) {
-      auto hsv = imgops::rgb_to_hsv(out.pixels[p], out.pixels[p + 1], out.pixels[p + 2]);
+      auto hsv = data::rgb_to_hsv(out.pixels[p], out.pixels[p + 1], out.pixels[p + 2]);
       hsv[1] = std::clamp(hsv[1] * c[0] + c[1], 0.0, 1.0);
-      const auto rgb = imgops::hsv_to_rgb(hsv[0], hsv[1], hsv[2]);
+      const auto rgb = data::hsv_to_rgb(hsv[0], hsv[1], hsv[2]);
       for (std::size_t k = 0; k < 3; ++k) out.pixels[p + k] = static_cast<float>(rgb[k]);
     }
   }
-  imgops::clip01(out);
+  data::clip01(out);
   return out;
 }
 
@@ -91,17 +91,17 @@ struct Plane {
 inline float saturate_u8(double x) { return static_cast<float>(std::clamp(std::nearbyint(x), 0.0, 255.0)); }
 
 /// Plane <-> 1-channel Image, to reuse the image filters.
-inline Image to_image(const Plane& p) {
-  Image im = make_image(p.h, p.w, 1);
+inline io::Image to_image(const Plane& p) {
+  io::Image im = io::make_image(p.h, p.w, 1);
   im.pixels = p.v;
   return im;
 }
-inline Plane from_image(const Image& im) { return {im.height, im.width, im.pixels}; }
+inline Plane from_image(const io::Image& im) { return {im.height, im.width, im.pixels}; }
 
 /// cv2.blur(3x3): box mean with reflect-101 borders.
 inline Plane box3(const Plane& p) {
   const std::vector<double> k{1.0 / 3, 1.0 / 3, 1.0 / 3};
-  return from_image(imgops::separable_filter(to_image(p), k, k, imgops::Border::reflect101));
+  return from_image(data::separable_filter(to_image(p), k, k, data::Border::reflect101));
 }
 
 /// cv2.Canny(img, lo, hi) with the default 3x3 Sobel (replicated borders) and L1 magnitude:
@@ -212,7 +212,7 @@ inline Plane equalize_hist(const Plane& p) {
 /// 5x5 chamfer is within about 2%); a layer with no liquid at all leaves the image unchanged (the
 /// reference divides 0 by 0). The colours go to channels 0,1,2 in that order, as the reference's
 /// BGR-named arrays do on an RGB image; on a 1-channel image the colour is its OpenCV gray value.
-inline Image spatter(const Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
+inline io::Image spatter(const io::Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::spatter);
   if (severity == 0) return im;
   using P = std::array<double, 6>;
@@ -230,16 +230,16 @@ inline Image spatter(const Image& im, int severity, std::uint64_t seed, const Co
   const P& c = corruption_detail::pick(imagenet, cifar, sc, severity);
   auto rng = corruption_detail::make_rng(seed, Corruption::spatter);
   using spatter_detail::Plane;
-  Image layer_im = make_image(im.height, im.width, 1);
+  io::Image layer_im = io::make_image(im.height, im.width, 1);
   for (auto& v : layer_im.pixels) v = static_cast<float>(rng.normal(c[0], c[1]));
-  Plane liquid = spatter_detail::from_image(imgops::gaussian_blur(layer_im, c[2] * sc.scale));
+  Plane liquid = spatter_detail::from_image(data::gaussian_blur(layer_im, c[2] * sc.scale));
   for (auto& v : liquid.v)
     if (v < c[3]) v = 0.0f;
   const bool water = c[5] == 0;
   std::array<double, 3> colour = water ? std::array<double, 3>{175 / 255.0, 238 / 255.0, 238 / 255.0}
                                        : std::array<double, 3>{63 / 255.0, 42 / 255.0, 20 / 255.0};
   if (im.channels == 1) colour[0] = 0.299 * colour[0] + 0.587 * colour[1] + 0.114 * colour[2];
-  Image out = im;
+  io::Image out = im;
   const std::size_t C = static_cast<std::size_t>(im.channels), N = liquid.v.size();
   if (water) {
     Plane u8 = liquid;
@@ -249,7 +249,7 @@ inline Image spatter(const Image& im, int severity, std::uint64_t seed, const Co
     for (auto& v : dist.v) v = std::floor(v);  // .astype(np.uint8) truncates
     dist = spatter_detail::equalize_hist(dist);
     const std::vector<float> emboss{-2, -1, 0, -1, 1, 1, 0, 1, 2};
-    dist = spatter_detail::from_image(imgops::filter2d(spatter_detail::to_image(dist), emboss, 3, 3));
+    dist = spatter_detail::from_image(data::filter2d(spatter_detail::to_image(dist), emboss, 3, 3));
     for (auto& v : dist.v) v = spatter_detail::saturate_u8(v);  // filter2D into CV_8U
     dist = spatter_detail::box3(dist);
     std::vector<double> m(N);
@@ -259,17 +259,17 @@ inline Image spatter(const Image& im, int severity, std::uint64_t seed, const Co
     for (std::size_t i = 0; i < N; ++i)
       for (std::size_t k = 0; k < C; ++k) out.pixels[i * C + k] += static_cast<float>(m[i] / peak * c[4] * colour[k]);
   } else {
-    Image mask = make_image(im.height, im.width, 1);
+    io::Image mask = io::make_image(im.height, im.width, 1);
     for (std::size_t i = 0; i < N; ++i) mask.pixels[i] = liquid.v[i] > c[3] ? 1.0f : 0.0f;
-    mask = imgops::gaussian_blur(mask, c[4] * sc.scale);
+    mask = data::gaussian_blur(mask, c[4] * sc.scale);
     for (std::size_t i = 0; i < N; ++i) {
       const double mi = mask.pixels[i] < 0.8f ? 0.0 : double(mask.pixels[i]);
       for (std::size_t k = 0; k < C; ++k)
         out.pixels[i * C + k] = static_cast<float>(out.pixels[i * C + k] * (1 - mi) + colour[k] * mi);
     }
   }
-  imgops::clip01(out);
+  data::clip01(out);
   return out;
 }
 
-}  // namespace ttmoe::corruptions
+}  // namespace ttmoe::data::corruptions

@@ -13,9 +13,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "ttmoe/data/image_transforms.hpp"
 #include "ttmoe/io/image.hpp"
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// The preprocessing of one domain.
 struct Preprocess {
@@ -83,9 +84,9 @@ inline Preprocess imagenet_c_preprocess(const Normalization& n) { return imagene
 
 /// (pixel - mean[c]) / std[c] in planar CHW order into `out` (channels * H * W floats); any channel
 /// count 1..3, unlike to_chw_normalized, because the embedded Fashion-MNIST model is gray.
-inline void normalize_chw(const Image& im, const std::array<float, 3>& mean, const std::array<float, 3>& std,
+inline void normalize_chw(const io::Image& im, const std::array<float, 3>& mean, const std::array<float, 3>& std,
                           std::span<float> out) {
-  check_image(im, "normalize_chw");
+  io::check_image(im, "normalize_chw");
   if (im.channels < 1 || im.channels > 3)
     throw std::invalid_argument("normalize_chw: 1 to 3 channels, got " + std::to_string(im.channels));
   const std::size_t plane = std::size_t(im.height) * std::size_t(im.width);
@@ -100,8 +101,8 @@ inline void normalize_chw(const Image& im, const std::array<float, 3>& mean, con
 }
 
 /// Resize + crop + normalise an already decoded image into `out`.
-inline void preprocess_into(const Image& im, const Preprocess& p, std::span<float> out) {
-  Image x = p.resize_shorter > 0 ? resize_shorter_side(im, p.resize_shorter) : im;
+inline void preprocess_into(const io::Image& im, const Preprocess& p, std::span<float> out) {
+  io::Image x = p.resize_shorter > 0 ? resize_shorter_side(im, p.resize_shorter) : im;
   if (p.crop > 0) {
     if (x.height < p.crop || x.width < p.crop)
       throw std::invalid_argument("preprocess: image " + std::to_string(x.height) + "x" + std::to_string(x.width) +
@@ -113,7 +114,7 @@ inline void preprocess_into(const Image& im, const Preprocess& p, std::span<floa
 
 /// Decodes `path` and preprocesses it into `out`. Errors name the file.
 inline void load_preprocessed(const std::filesystem::path& path, const Preprocess& p, std::span<float> out) {
-  preprocess_into(load_image(path, p.channels), p, out);
+  preprocess_into(io::load_image(path, p.channels), p, out);
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data

@@ -12,17 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "ttmoe/io/corruptions_common.hpp"
+#include "ttmoe/data/corruptions/common.hpp"
+#include "ttmoe/data/image_filters.hpp"
+#include "ttmoe/data/image_transforms.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/image_filters.hpp"
 
-namespace ttmoe::corruptions {
+namespace ttmoe::data::corruptions {
 
 /// Diamond-square plasma fractal as in the reference (a modification of FLHerne's mapgen):
 /// mapsize x mapsize (a power of two), toroidal neighbours, the random displacement at each
 /// level uniform in [-w^2, w^2] with w = 100 at the top level divided by `wibble_decay` per
 /// level (larger decay: smoother). Returned as a 1-channel image normalised to [0,1].
-inline Image plasma_fractal(int mapsize, double wibble_decay, CorruptionRng& rng) {
+inline io::Image plasma_fractal(int mapsize, double wibble_decay, CorruptionRng& rng) {
   if (mapsize < 2 || (mapsize & (mapsize - 1)) != 0)
     throw std::invalid_argument("plasma_fractal: mapsize must be a power of two >= 2, got " + std::to_string(mapsize));
   const int M = mapsize;
@@ -60,7 +61,7 @@ inline Image plasma_fractal(int mapsize, double wibble_decay, CorruptionRng& rng
   }
   const auto [lo, hi] = std::minmax_element(m.begin(), m.end());
   const double mn = *lo, range = *hi - *lo;
-  Image out = make_image(M, M, 1);
+  io::Image out = io::make_image(M, M, 1);
   for (std::size_t i = 0; i < m.size(); ++i) out.pixels[i] = static_cast<float>(range > 0 ? (m[i] - mn) / range : 0.0);
   return out;
 }
@@ -77,18 +78,18 @@ inline int next_pow2(int v) {
 // ref x ref corner (256 -> 224 for ImageNet, 32 -> 32 for CIFAR). We take the top-left window with
 // the image's aspect ratio whose longer side is `ref`, and resample it to H x W, so the fog has the
 // same structure relative to the image at every size (and is the reference's map at 224x224).
-inline Image fog_layer(int H, int W, int ref, int ref_map, double decay, CorruptionRng& rng) {
-  const Image map = plasma_fractal(ref_map, decay, rng);
+inline io::Image fog_layer(int H, int W, int ref, int ref_map, double decay, CorruptionRng& rng) {
+  const io::Image map = plasma_fractal(ref_map, decay, rng);
   const int L = std::max(H, W);
   const int ch = std::max(1, static_cast<int>(std::lround(static_cast<double>(ref) * H / L)));
   const int cw = std::max(1, static_cast<int>(std::lround(static_cast<double>(ref) * W / L)));
-  Image layer = crop(map, 0, 0, ch, cw);
+  io::Image layer = crop(map, 0, 0, ch, cw);
   if (ch != H || cw != W) layer = resize(layer, H, W, ResizeFilter::bilinear);
   return layer;
 }
 
 // Splats `w` at real position (x, y) into a 1-channel image with bilinear weights.
-inline void splat(Image& acc, double x, double y, double w) {
+inline void splat(io::Image& acc, double x, double y, double w) {
   const int x0 = static_cast<int>(std::floor(x)), y0 = static_cast<int>(std::floor(y));
   const double tx = x - x0, ty = y - y0;
   const double ws[4] = {(1 - tx) * (1 - ty), tx * (1 - ty), (1 - tx) * ty, tx * ty};
@@ -110,7 +111,7 @@ inline void splat(Image& acc, double x, double y, double w) {
 /// of (H, W) / feature_scale and resampled to H x W. Mean brightness is about 0.37 (0.33-0.44
 /// over seeds), in the range of the photographs, but the exact difficulty of ImageNet-C frost
 /// is only reproduced by passing the original images through CorruptionOptions::frost_textures.
-inline Image frost_texture(int H, int W, double feature_scale, CorruptionRng& rng) {
+inline io::Image frost_texture(int H, int W, double feature_scale, CorruptionRng& rng) {
   if (H <= 0 || W <= 0 || !(feature_scale > 0.0)) throw std::invalid_argument("frost_texture: bad size or scale");
   // Work where one texture unit is one pixel, then resample.
   const int h0 = std::max(16, static_cast<int>(std::lround(H / feature_scale)));
@@ -120,8 +121,8 @@ inline Image frost_texture(int H, int W, double feature_scale, CorruptionRng& rn
   // Low-frequency cover map: frost is patchy, dense where the glass was coldest.
   // (Drawn on the fog's bounded 256 map and resampled: it is smooth, and a map the size of a long
   // thin working canvas would cost O(longer side^2).)
-  const Image cover = weather_detail::fog_layer(h0, w0, 224, 256, 1.8, rng);
-  Image acc = make_image(h0, w0, 1);
+  const io::Image cover = weather_detail::fog_layer(h0, w0, 224, 256, 1.8, rng);
+  io::Image acc = io::make_image(h0, w0, 1);
   struct Branch {
     double x, y, angle, length, intensity;
     int depth;
@@ -159,13 +160,13 @@ inline Image frost_texture(int H, int W, double feature_scale, CorruptionRng& rn
       }
     }
   }
-  const Image needles = imgops::gaussian_blur(acc, 0.6);
-  Image grain = make_image(h0, w0, 1);
+  const io::Image needles = data::gaussian_blur(acc, 0.6);
+  io::Image grain = io::make_image(h0, w0, 1);
   for (auto& v : grain.pixels) v = static_cast<float>(rng.normal());
-  grain = imgops::gaussian_blur(grain, 0.7);
+  grain = data::gaussian_blur(grain, 0.7);
 
   static constexpr std::array<double, 3> tint{0.84, 0.93, 1.0};
-  Image tex = make_image(h0, w0, 3);
+  io::Image tex = io::make_image(h0, w0, 3);
   for (std::size_t i = 0; i < acc.pixels.size(); ++i) {
     const double crystal = 1.0 - std::exp(-1.4 * needles.pixels[i]);
     const double haze = cover.pixels[i];
@@ -175,16 +176,16 @@ inline Image frost_texture(int H, int W, double feature_scale, CorruptionRng& rn
       tex.pixels[i * 3 + static_cast<std::size_t>(c)] = static_cast<float>(t * tint[static_cast<std::size_t>(c)]);
   }
   if (h0 != H || w0 != W) tex = resize(tex, H, W, ResizeFilter::bilinear);
-  imgops::clip01(tex);
+  data::clip01(tex);
   return tex;
 }
 
 /// Loads every .png/.jpg/.jpeg in a folder (sorted by name, so the random pick is reproducible)
 /// as RGB, e.g. the reference's frost1.png ... frost6.jpg, for CorruptionOptions::frost_textures.
-inline std::vector<Image> load_frost_textures(const std::filesystem::path& folder) {
+inline std::vector<io::Image> load_frost_textures(const std::filesystem::path& folder) {
   std::error_code ec;
   if (!std::filesystem::is_directory(folder, ec))
-    throw ImageError(ImageErrorKind::Io, folder.string(), "not a directory");
+    throw io::ImageError(io::ImageErrorKind::Io, folder.string(), "not a directory");
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(folder)) {
     if (!e.is_regular_file()) continue;
@@ -193,9 +194,9 @@ inline std::vector<Image> load_frost_textures(const std::filesystem::path& folde
     if (ext == ".png" || ext == ".jpg" || ext == ".jpeg") files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
-  if (files.empty()) throw ImageError(ImageErrorKind::Io, folder.string(), "no .png/.jpg frost images");
-  std::vector<Image> out;
-  for (const auto& f : files) out.push_back(load_image(f, 3));
+  if (files.empty()) throw io::ImageError(io::ImageErrorKind::Io, folder.string(), "no .png/.jpg frost images");
+  std::vector<io::Image> out;
+  for (const auto& f : files) out.push_back(io::load_image(f, 3));
   return out;
 }
 
@@ -205,7 +206,7 @@ inline std::vector<Image> load_frost_textures(const std::filesystem::path& folde
 /// max(x, 1.5*gray + 0.5) with weight 1 - blend, and the layer plus its 180-degree rotation is
 /// added. (loc, scale, zoom, threshold, radius, sigma, blend) from the published tables; zoom,
 /// radius and sigma are scaled by the length scale.
-inline Image snow(const Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
+inline io::Image snow(const io::Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::snow);
   if (severity == 0) return im;
   using P = std::array<double, 7>;
@@ -220,20 +221,20 @@ inline Image snow(const Image& im, int severity, std::uint64_t seed, const Corru
   auto rng = corruption_detail::make_rng(seed, Corruption::snow);
   const int H = im.height, W = im.width, C = im.channels;
 
-  Image layer = make_image(H, W, 1);
+  io::Image layer = io::make_image(H, W, 1);
   for (auto& v : layer.pixels) v = static_cast<float>(rng.normal(c[0], c[1]));
-  layer = imgops::clipped_zoom(layer, c[2] * sc.scale);
+  layer = data::clipped_zoom(layer, c[2] * sc.scale);
   for (auto& v : layer.pixels) {
     if (v < c[3]) v = 0.0f;
     v = std::floor(std::clamp(v, 0.0f, 1.0f) * 255.0f) / 255.0f;
   }
   const double angle = rng.uniform(-135.0, -45.0);
-  layer = imgops::motion_blur(layer, c[4] * sc.scale, c[5] * sc.scale, angle);
-  const Image rotated = imgops::rotate180(layer);
-  const Image gray = imgops::to_gray(im);
+  layer = data::motion_blur(layer, c[4] * sc.scale, c[5] * sc.scale, angle);
+  const io::Image rotated = data::rotate180(layer);
+  const io::Image gray = data::to_gray(im);
   const float blend = static_cast<float>(c[6]);
 
-  Image out = make_image(H, W, C);
+  io::Image out = io::make_image(H, W, C);
   for (std::size_t p = 0; p < static_cast<std::size_t>(H) * W; ++p) {
     const float whiten = gray.pixels[p] * 1.5f + 0.5f;
     const float flakes = layer.pixels[p] + rotated.pixels[p];
@@ -243,7 +244,7 @@ inline Image snow(const Image& im, int severity, std::uint64_t seed, const Corru
       out.pixels[i] = blend * x + (1.0f - blend) * std::max(x, whiten) + flakes;
     }
   }
-  imgops::clip01(out);
+  data::clip01(out);
   return out;
 }
 
@@ -251,7 +252,7 @@ inline Image snow(const Image& im, int severity, std::uint64_t seed, const Corru
 /// (ImageNet-C) or {(1,.2),(1,.3),(.9,.4),(.85,.4),(.75,.45)} (CIFAR-10-C). The frost layer is a
 /// random crop of a random CorruptionOptions::frost_textures image (scaled by the length scale,
 /// and by a further 0.2 under the CIFAR table as the reference does), or frost_texture().
-inline Image frost(const Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
+inline io::Image frost(const io::Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::frost);
   if (severity == 0) return im;
   using P = std::array<double, 2>;
@@ -263,13 +264,13 @@ inline Image frost(const Image& im, int severity, std::uint64_t seed, const Corr
   const int H = im.height, W = im.width, C = im.channels;
   const double feature_scale = sc.scale * (sc.cifar ? 0.2 : 1.0);
 
-  Image layer;
+  io::Image layer;
   if (opt.frost_textures.empty()) {
     layer = frost_texture(H, W, feature_scale, rng);
   } else {
     const auto idx = static_cast<std::size_t>(rng.randint(0, static_cast<std::int64_t>(opt.frost_textures.size())));
-    Image tex = opt.frost_textures[idx];
-    check_image(tex, "frost texture");
+    io::Image tex = opt.frost_textures[idx];
+    io::check_image(tex, "frost texture");
     if (tex.channels != 1 && tex.channels != 3) throw std::invalid_argument("frost: textures need 1 or 3 channels");
     int th = std::max(1, static_cast<int>(std::lround(tex.height * feature_scale)));
     int tw = std::max(1, static_cast<int>(std::lround(tex.width * feature_scale)));
@@ -282,9 +283,9 @@ inline Image frost(const Image& im, int severity, std::uint64_t seed, const Corr
     const int x0 = static_cast<int>(rng.randint(0, tw - W + 1));
     layer = crop(tex, y0, x0, H, W);
   }
-  if (C == 1 && layer.channels == 3) layer = imgops::to_gray(layer);
+  if (C == 1 && layer.channels == 3) layer = data::to_gray(layer);
   const auto a = static_cast<float>(c[0]), b = static_cast<float>(c[1]);
-  Image out = make_image(H, W, C);
+  io::Image out = io::make_image(H, W, C);
   for (std::size_t p = 0; p < static_cast<std::size_t>(H) * W; ++p)
     for (int ch = 0; ch < C; ++ch) {
       const std::size_t i = p * static_cast<std::size_t>(C) + static_cast<std::size_t>(ch);
@@ -292,7 +293,7 @@ inline Image frost(const Image& im, int severity, std::uint64_t seed, const Corr
                                    static_cast<std::size_t>(layer.channels == 1 ? 0 : ch)];
       out.pixels[i] = a * im.pixels[i] + b * f;
     }
-  imgops::clip01(out);
+  data::clip01(out);
   return out;
 }
 
@@ -300,7 +301,7 @@ inline Image frost(const Image& im, int severity, std::uint64_t seed, const Corr
 /// clipped. (strength, wibble_decay) = {(1.5,2),(2,2),(2.5,1.7),(2.5,1.5),(3,1.4)} (ImageNet-C)
 /// or {(.2,3),(.5,3),(.75,2.5),(1,2),(1.5,1.75)} (CIFAR-10-C). The plasma is the reference's map
 /// (256 -> 224 crop, or 32) resampled to the image (see weather_detail::fog_layer).
-inline Image fog(const Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
+inline io::Image fog(const io::Image& im, int severity, std::uint64_t seed, const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::fog);
   if (severity == 0) return im;
   using P = std::array<double, 2>;
@@ -309,14 +310,14 @@ inline Image fog(const Image& im, int severity, std::uint64_t seed, const Corrup
   const auto sc = corruption_scale(im, opt.table);
   const P& c = corruption_detail::pick(imagenet, cifar, sc, severity);
   auto rng = corruption_detail::make_rng(seed, Corruption::fog);
-  const Image layer = weather_detail::fog_layer(im.height, im.width, sc.reference, sc.cifar ? 32 : 256, c[1], rng);
+  const io::Image layer = weather_detail::fog_layer(im.height, im.width, sc.reference, sc.cifar ? 32 : 256, c[1], rng);
   const float max_val = *std::max_element(im.pixels.begin(), im.pixels.end());
   const auto strength = static_cast<float>(c[0]);
   const float gain = max_val / (max_val + strength);
-  Image out = im;
+  io::Image out = im;
   const std::size_t C = static_cast<std::size_t>(im.channels);
   for (std::size_t i = 0; i < out.pixels.size(); ++i) out.pixels[i] = (out.pixels[i] + strength * layer.pixels[i / C]) * gain;
-  imgops::clip01(out);
+  data::clip01(out);
   return out;
 }
 
@@ -324,26 +325,26 @@ inline Image fog(const Image& im, int severity, std::uint64_t seed, const Corrup
 /// rgb2hsv/hsv2rgb), c = {.1,.2,.3,.4,.5} (ImageNet-C) or {.05,.1,.15,.2,.3} (CIFAR-10-C).
 /// Equivalently each colour is scaled by min(V + c, 1) / V, so hue and saturation are kept.
 /// On 1-channel images V is the value itself.
-inline Image brightness(const Image& im, int severity, std::uint64_t /*seed: deterministic*/,
-                        const CorruptionOptions& opt = {}) {
+inline io::Image brightness(const io::Image& im, int severity, std::uint64_t /*seed: deterministic*/,
+                            const CorruptionOptions& opt = {}) {
   corruption_detail::check_args(im, severity, Corruption::brightness);
   if (severity == 0) return im;
   static constexpr std::array<double, 5> imagenet{.1, .2, .3, .4, .5};
   static constexpr std::array<double, 5> cifar{.05, .1, .15, .2, .3};
   const double c = corruption_detail::pick(imagenet, cifar, corruption_scale(im, opt.table), severity);
-  Image out = im;
+  io::Image out = im;
   if (im.channels == 1) {
     for (auto& v : out.pixels) v = static_cast<float>(std::min(static_cast<double>(v) + c, 1.0));
   } else {
     for (std::size_t p = 0; p < out.pixels.size(); p += 3) {
-      auto hsv = imgops::rgb_to_hsv(out.pixels[p], out.pixels[p + 1], out.pixels[p + 2]);
+      auto hsv = data::rgb_to_hsv(out.pixels[p], out.pixels[p + 1], out.pixels[p + 2]);
       hsv[2] = std::clamp(hsv[2] + c, 0.0, 1.0);
-      const auto rgb = imgops::hsv_to_rgb(hsv[0], hsv[1], hsv[2]);
+      const auto rgb = data::hsv_to_rgb(hsv[0], hsv[1], hsv[2]);
       for (std::size_t k = 0; k < 3; ++k) out.pixels[p + k] = static_cast<float>(rgb[k]);
     }
   }
-  imgops::clip01(out);
+  data::clip01(out);
   return out;
 }
 
-}  // namespace ttmoe::corruptions
+}  // namespace ttmoe::data::corruptions

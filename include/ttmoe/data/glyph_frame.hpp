@@ -13,10 +13,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "ttmoe/data/image_filters.hpp"
+#include "ttmoe/data/image_transforms.hpp"
 #include "ttmoe/io/image.hpp"
-#include "ttmoe/io/image_filters.hpp"
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// A pixel rectangle [top, bottom) x [left, right).
 struct PixelBox {
@@ -30,8 +31,8 @@ struct PixelBox {
 };
 
 /// The bounding box of the pixels of channel 0 above `threshold` (empty if there are none).
-inline PixelBox ink_bounding_box(const Image& im, float threshold = 0.05f) {
-  check_image(im, "ink_bounding_box");
+inline PixelBox ink_bounding_box(const io::Image& im, float threshold = 0.05f) {
+  io::check_image(im, "ink_bounding_box");
   PixelBox b{im.height, im.width, 0, 0};
   for (int y = 0; y < im.height; ++y)
     for (int x = 0; x < im.width; ++x)
@@ -56,16 +57,16 @@ struct GlyphJitter {
 /// The glyph of channel 0 of `glyph` normalised into a 1-channel frame x frame image (see the file
 /// comment); `rng` draws the jitter. A glyph with no ink above `threshold` is std::invalid_argument
 /// (`what` names its source in the message).
-inline Image frame_glyph(const Image& glyph, std::mt19937_64& rng, const GlyphJitter& jitter = {}, int frame = 28,
-                         int box = 20, const std::string& what = "glyph", float threshold = 0.05f) {
+inline io::Image frame_glyph(const io::Image& glyph, std::mt19937_64& rng, const GlyphJitter& jitter = {}, int frame = 28,
+                             int box = 20, const std::string& what = "glyph", float threshold = 0.05f) {
   if (box <= 0 || box > frame) throw std::invalid_argument("frame_glyph: need 0 < box <= frame");
   const PixelBox b = ink_bounding_box(glyph, threshold);
   if (b.empty()) throw std::invalid_argument("frame_glyph: " + what + " has no ink");
-  Image ink = crop(imgops::to_gray(glyph), b.top, b.left, b.height(), b.width());
+  io::Image ink = crop(to_gray(glyph), b.top, b.left, b.height(), b.width());
   const double s = double(box) / double(std::max(b.height(), b.width()));
   const int h = std::clamp(int(std::lround(b.height() * s)), 1, box), w = std::clamp(int(std::lround(b.width() * s)), 1, box);
   ink = resize(ink, h, w, ResizeFilter::bilinear);
-  Image out = make_image(frame, frame, 1, 0.0f);
+  io::Image out = io::make_image(frame, frame, 1, 0.0f);
   const int top = (frame - h) / 2, left = (frame - w) / 2;
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x) out.at(top + y, left + x, 0) = std::clamp(ink.at(y, x, 0), 0.0f, 1.0f);
@@ -80,9 +81,9 @@ inline Image frame_glyph(const Image& glyph, std::mt19937_64& rng, const GlyphJi
   const double centre = (frame - 1) / 2.0;
   const std::array<double, 6> fwd{a, bb, centre + tx - (a * centre + bb * centre), d, e, centre + ty - (d * centre + e * centre)};
   // The frame's border is black, so clamping samples outside it reads black.
-  Image j = imgops::warp_affine(out, fwd, imgops::Border::clamp);
-  imgops::clip01(j);
+  io::Image j = warp_affine(out, fwd, Border::clamp);
+  clip01(j);
   return j;
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data

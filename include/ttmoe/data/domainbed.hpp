@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "ttmoe/io/datasets.hpp"
+#include "ttmoe/data/datasets.hpp"
 
-namespace ttmoe::io {
+namespace ttmoe::data {
 
 /// Which rule of the DomainBed layout a folder broke (tests and callers branch on it).
 enum class DomainBedErrorKind {
@@ -206,4 +206,4 @@ inline std::vector<std::size_t> training_environments(std::int64_t test_env, std
   return out;
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::data
