@@ -1,7 +1,7 @@
 // Gradient checks of the dense layers and losses (include/ttmoe/nn): every module's forward with its
 // parameters as harness inputs, so the gradient of the input AND of every parameter is compared with
 // central finite differences in double, at random shapes (see tests/support/gradcheck.hpp). These
-// replace the former fixed-shape checks of tests/parity/layers_gradcheck.cpp; its shapes are kept as
+// replace the former fixed-shape checks of a layers_gradcheck.cpp; its shapes are kept as
 // one variant each ("former fixed shape").
 
 #include <gradcheck.hpp>
