@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model_fixture.hpp"
+#include "parity.hpp"
 #include "ttmoe/models/llm.hpp"
 
 using namespace ttmoe;
