@@ -1,7 +1,6 @@
 #pragma once
-// Comparing ttmoe with the reference fixtures (fixture.hpp loads them): relative errors, checks that
-// remember the worst error per fixture, parameters loaded by dotted name, and the DATA-DRIVEN module
-// parity used by every layer fixture:
+// Comparing ttmoe with the reference fixtures (fixture.hpp loads them): relative errors, checks with a
+// clear message, parameters loaded by dotted name, and the DATA-DRIVEN module parity of the layers:
 //
 //   TEST_CASE("parity: layernorm") {
 //     module_parity("layernorm",
@@ -21,7 +20,6 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
-#include <map>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -69,15 +67,8 @@ double normwise_rel_error(const Tensor<TA, SA>& a, const Tensor<TB, SB>& b) {
   return std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff / std::max(scale, 1e-30);
 }
 
-/// Worst relative error seen per "<fixture> [double|float]" in this process (for reports).
-inline std::map<std::string, double>& worst_errors() {
-  static std::map<std::string, double> m;
-  return m;
-}
-
 /// REQUIREs that values `actual` with extents `shape` match fixture tensor `key` within `tol`
-/// (relative to max(1, |ref|)); the error is remembered in worst_errors() and printed when
-/// TTMOE_PARITY_VERBOSE is set.
+/// (relative to max(1, |ref|)); the error is printed when TTMOE_PARITY_VERBOSE is set.
 template <class T>
 void check_close(const Fixture& f, const std::string& key, const std::vector<index_t>& shape, const std::vector<T>& actual,
                  double tol) {
@@ -86,7 +77,6 @@ void check_close(const Fixture& f, const std::string& key, const std::vector<ind
   REQUIRE(shape == f.shape(key));
   const double err = max_rel_error(actual, f.flat<double>(key));
   const std::string component = f.name() + (std::is_same_v<T, double> ? " [double]" : " [float]");
-  worst_errors()[component] = std::max(worst_errors()[component], err);
   if (std::getenv("TTMOE_PARITY_VERBOSE"))
     std::fprintf(stderr, "[parity] %-34s %-36s max_rel_err %.3e (tol %.0e)\n", component.c_str(), key.c_str(), err, tol);
   INFO("max relative error " << err << " (tolerance " << tol << ")");
