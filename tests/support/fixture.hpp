@@ -56,7 +56,7 @@ class Fixture {
   explicit Fixture(const std::string& name, const std::string& folder = "parity")
       : name_(name),
         path_(std::string(TTMOE_TEST_DATA_DIR) + "/" + folder + "/" + name + ".safetensors"),
-        file_(open(path_, folder)) {}
+        file_(open(path_)) {}
 
   /// The fixture's name (the file's stem).
   const std::string& name() const { return name_; }
@@ -111,10 +111,11 @@ class Fixture {
   }
 
  private:
-  static io::SafetensorsFile open(const std::string& path, const std::string& folder) {
+  static io::SafetensorsFile open(const std::string& path) {
     if (!std::filesystem::exists(path))
-      throw std::runtime_error("missing reference fixture " + path + " (run the generate_" + folder +
-                               "_fixtures CTest setup step, or `ctest -L parity`, which runs it first)");
+      throw std::runtime_error("missing reference fixture " + path +
+                               " (the parity suites' CTest setup steps write it: run them through `ctest -L parity`,"
+                               " or tests/reference/generate_all.py --out <build>/test-data/parity)");
     return io::SafetensorsFile(std::filesystem::path(path));
   }
   std::string name_;
