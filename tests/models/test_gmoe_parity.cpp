@@ -10,21 +10,17 @@
 #include <string>
 #include <vector>
 
-#include "model_fixture.hpp"
+#include "parity.hpp"
 #include "ttmoe/models/gmoe_checkpoint.hpp"
 #include "ttmoe/nn/loss.hpp"
 #include "ttmoe/ttmoe.hpp"
 
 using namespace ttmoe;
 using ttmoe::test::normwise_rel_error;
-using ttmoe::test::open_model_fixture;
+using ttmoe::test::Fixture;
 using ttmoe::test::read_tensor;
 
 namespace {
-
-std::string fixture_path(const std::string& name) {
-  return std::string(TTMOE_TEST_DATA_DIR) + "/models/" + name + ".safetensors";
-}
 
 /// The fixture's configuration from its metadata.
 models::GMoEConfig fixture_config(const io::SafetensorsFile& f) {
@@ -55,11 +51,12 @@ models::GMoEConfig fixture_config(const io::SafetensorsFile& f) {
 
 template <class T>
 void gmoe_case(const std::string& name, double tol, double gtol) {
-  auto f = open_model_fixture(name);
+  const Fixture fixture_file(name, "models");
+  const auto& f = fixture_file.file();
   const auto cfg = fixture_config(f);
   models::GMoEVisionTransformer<T> model(cfg, 123);
   // Every key of the authors' checkpoint used, every parameter present (no tolerance options).
-  auto rep = models::load_gmoe(model, fixture_path(name + ".ckpt"));
+  auto rep = models::load_gmoe(model, Fixture(name + ".ckpt", "models").path());
   std::size_t n_params = 0;
   nn::for_each_parameter(model, [&](const std::string&, auto&) { ++n_params; });
   REQUIRE(rep.loaded.size() == n_params);
@@ -95,8 +92,8 @@ void gmoe_case(const std::string& name, double tol, double gtol) {
     autograd::backward(tape, loss);
   }
   // The gradients, stored under the authors' keys, read back through the same name mapping.
-  io::SafetensorsFile gf(fixture_path(name + ".grads"));
-  models::GMoECheckpointSource grads(gf);
+  const Fixture grads_file(name + ".grads", "models");
+  models::GMoECheckpointSource grads(grads_file.file());
   REQUIRE(grads.names().size() == n_params);
   std::size_t unreached = 0;
   nn::for_each_parameter(model, [&](const std::string& pname, auto& t) {

@@ -4,17 +4,18 @@
 
 #include <catch2/catch.hpp>
 
-#include "model_fixture.hpp"
+#include "parity.hpp"
 #include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/models/vit.hpp"
 
 using namespace ttmoe;
 using ttmoe::test::normwise_rel_error;
-using ttmoe::test::open_model_fixture;
+using ttmoe::test::Fixture;
 using ttmoe::test::read_tensor;
 
 TEST_CASE("parity: vit_b16 torchvision", "[parity]") {
-  auto f = open_model_fixture("vit_b16_torchvision");
+  const Fixture fixture_file("vit_b16_torchvision", "models");
+  const auto& f = fixture_file.file();
   models::VisionTransformer<float> vit(models::vit_base_patch16(1000));
   // Every key under model. must be used and every parameter present (no tolerance options).
   auto rep = io::load_state(vit, f, io::torchvision_vit_names("model."));
@@ -30,7 +31,8 @@ TEST_CASE("parity: vit_b16 torchvision", "[parity]") {
 
 template <class T>
 void tiny_timm_case(const char* fixture, double tol) {
-  auto f = open_model_fixture(fixture);
+  const Fixture fixture_file(fixture, "models");
+  const auto& f = fixture_file.file();
   auto md = f.metadata();
   auto meta = [&](const char* k) { return index_t(std::stol(md.at(k))); };
   auto cfg = models::vit_test_tiny(meta("img_size"), meta("patch_size"), meta("embed_dim"), meta("depth"),

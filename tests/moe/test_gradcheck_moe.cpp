@@ -1,6 +1,6 @@
 // Finite-difference gradient checks of the MoE / TTMM components (tests/support/gradcheck.hpp), and
 // the coverage test of this executable: every tape node recorded under include/ttmoe/moe must be
-// produced by one of these cases (tests/gradcheck/coverage.hpp).
+// produced by one of these cases (tests/support/gradcheck_coverage.hpp).
 //
 // Discrete choices (top-k picks, sparse-softmax selection and cap, relu) are constants of the
 // function only away from their switching points, so each such case declares a kink: the distance
@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "../gradcheck/coverage.hpp"
+#include "gradcheck_coverage.hpp"
 #include "gradcheck.hpp"
 #include "ttmoe/moe/aux_losses.hpp"
 #include "ttmoe/moe/cosine_router.hpp"

@@ -9,7 +9,7 @@
 #include <random>
 #include <string>
 
-#include "fixture.hpp"
+#include "parity.hpp"
 #include "ttmoe/moe/capacity.hpp"
 #include "ttmoe/moe/cosine_router.hpp"
 #include "ttmoe/moe/lora.hpp"

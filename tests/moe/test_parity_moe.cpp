@@ -2,7 +2,7 @@
 // linear router and in GMoE's cosine-router configuration) against the PyTorch fixtures described in
 // tests/reference/README.md.
 
-#include "parity_util.hpp"
+#include "parity.hpp"
 #include "ttmoe/moe/moe_layernorm.hpp"
 #include "ttmoe/nn/module.hpp"
 
@@ -28,26 +28,26 @@ void run_moe_layernorm(const std::string& file, bool per_token, double tol, doub
     autograd::Tape tape;
     auto y = m.forward(x);
     auto bl = m.balance_loss();
-    Tensor<T, Shape<>> loss = upstream_term<3>(f, "y", y) + upstream_term<0>(f, "balance_loss", bl);
+    Tensor<T, Shape<>> loss = upstream_term(f, "y", y) + upstream_term(f, "balance_loss", bl);
     if (per_token) {
       auto p3 = m.probs.reshape(DynShape<3>(x.extent(0), x.extent(1), m.num_experts()));
-      loss = loss + upstream_term<3>(f, "probs", p3);
-      check_close<3>(f, "out.probs", p3, tol);
-      require_equal_ints<2>(f, "out.top_index", m.top_index.reshape(DynShape<2>(x.extent(0), x.extent(1))));
+      loss = loss + upstream_term(f, "probs", p3);
+      check_close(f, "out.probs", p3, tol);
+      require_equal_ints(f, "out.top_index", m.top_index.reshape(DynShape<2>(x.extent(0), x.extent(1))));
     } else {
-      loss = loss + upstream_term<2>(f, "probs", m.probs);
-      check_close<2>(f, "out.probs", m.probs, tol);
-      require_equal_ints<1>(f, "out.top_index", m.top_index.reshape(DynShape<1>(x.extent(0))));
+      loss = loss + upstream_term(f, "probs", m.probs);
+      check_close(f, "out.probs", m.probs, tol);
+      require_equal_ints(f, "out.top_index", m.top_index.reshape(DynShape<1>(x.extent(0))));
     }
-    check_close<3>(f, "out.y", y, tol);
-    check_close<0>(f, "out.balance_loss", bl, tol);
+    check_close(f, "out.y", y, tol);
+    check_close(f, "out.balance_loss", bl, tol);
     autograd::backward(tape, loss);
   }
-  check_close<3>(f, "grad.in.x", x.grad(), gtol);
-  check_close<2>(f, "grad.param.experts.weight_delta", grad_or_zero(m.experts.weight_delta), gtol);
-  check_close<2>(f, "grad.param.experts.bias_delta", grad_or_zero(m.experts.bias_delta), gtol);
-  check_close<2>(f, "grad.param.router.weight", m.router.weight.grad(), gtol);
-  check_close<1>(f, "grad.param.router.bias", m.router.bias.grad(), gtol);
+  check_close(f, "grad.in.x", x.grad(), gtol);
+  check_close(f, "grad.param.experts.weight_delta", grad_or_zero(m.experts.weight_delta), gtol);
+  check_close(f, "grad.param.experts.bias_delta", grad_or_zero(m.experts.bias_delta), gtol);
+  check_close(f, "grad.param.router.weight", m.router.weight.grad(), gtol);
+  check_close(f, "grad.param.router.bias", m.router.bias.grad(), gtol);
 }
 
 }  // namespace
@@ -81,12 +81,12 @@ constexpr Tol kDoubleTol{1e-9, 1e-9}, kFloatTol{1e-5, 1e-4};
 
 template <class T>
 void check_router_outputs(const Fixture& f, const moe::RouterOutput<T>& o, Tensor<T, Shape<>>& loss, double tol) {
-  check_close<2>(f, "out.logits", o.logits, tol);
-  check_close<2>(f, "out.probs", o.probs, tol);
-  check_close<2>(f, "out.gates", o.gates, tol);
-  require_equal_ints<2>(f, "out.indices", o.indices);
-  loss = upstream_term<2>(f, "logits", o.logits) + upstream_term<2>(f, "probs", o.probs) +
-         upstream_term<2>(f, "gates", o.gates);
+  check_close(f, "out.logits", o.logits, tol);
+  check_close(f, "out.probs", o.probs, tol);
+  check_close(f, "out.gates", o.gates, tol);
+  require_equal_ints(f, "out.indices", o.indices);
+  loss = upstream_term(f, "logits", o.logits) + upstream_term(f, "probs", o.probs) +
+         upstream_term(f, "gates", o.gates);
 }
 
 template <class T = double>
@@ -106,9 +106,9 @@ void run_linear_router(const std::string& file, Tol tol = kDoubleTol) {
     check_router_outputs(f, o, loss, tol.out);
     autograd::backward(tape, loss);
   }
-  check_close<2>(f, "grad.in.x", x.grad(), tol.grad);
-  check_close<2>(f, "grad.param.weight", r.weight.grad(), tol.grad);
-  if (has_bias) check_close<1>(f, "grad.param.bias", r.bias.grad(), tol.grad);
+  check_close(f, "grad.in.x", x.grad(), tol.grad);
+  check_close(f, "grad.param.weight", r.weight.grad(), tol.grad);
+  if (has_bias) check_close(f, "grad.param.bias", r.bias.grad(), tol.grad);
 }
 
 template <class T = double>
@@ -131,11 +131,11 @@ void run_cosine_router(const std::string& file, Tol tol = kDoubleTol) {
     check_router_outputs(f, o, loss, tol.out);
     autograd::backward(tape, loss);
   }
-  check_close<2>(f, "grad.in.x", x.grad(), tol.grad);
-  check_close<2>(f, "grad.param.proj.weight", r.proj.weight.grad(), tol.grad);
-  check_close<1>(f, "grad.param.proj.bias", r.proj.bias.grad(), tol.grad);
-  check_close<2>(f, "grad.param.codebook", r.codebook.grad(), tol.grad);
-  check_close<0>(f, "grad.param.log_scale", grad_or_zero(r.log_scale), tol.grad);
+  check_close(f, "grad.in.x", x.grad(), tol.grad);
+  check_close(f, "grad.param.proj.weight", r.proj.weight.grad(), tol.grad);
+  check_close(f, "grad.param.proj.bias", r.proj.bias.grad(), tol.grad);
+  check_close(f, "grad.param.codebook", r.codebook.grad(), tol.grad);
+  check_close(f, "grad.param.log_scale", grad_or_zero(r.log_scale), tol.grad);
 }
 
 template <class T = double>
@@ -146,16 +146,16 @@ void run_aux(const std::string& file, Tol tol = kDoubleTol) {
   {
     autograd::Tape tape;
     auto a = moe::gmoe_aux_losses(logits, noise, f.meta_int("top_k"), f.meta_double("gate_noise"));
-    check_close<2>(f, "out.noisy_logits", a.noisy_logits, tol.out);
-    check_close<1>(f, "out.threshold", a.threshold, tol.out);
-    check_close<1>(f, "out.importance", a.importance, tol.out);
-    check_close<1>(f, "out.load", a.load, tol.out);
-    check_close<0>(f, "out.l_imp", a.l_imp, tol.out);
-    check_close<0>(f, "out.l_load", a.l_load, tol.out);
-    check_close<0>(f, "out.l_aux", a.l_aux, tol.out);
+    check_close(f, "out.noisy_logits", a.noisy_logits, tol.out);
+    check_close(f, "out.threshold", a.threshold, tol.out);
+    check_close(f, "out.importance", a.importance, tol.out);
+    check_close(f, "out.load", a.load, tol.out);
+    check_close(f, "out.l_imp", a.l_imp, tol.out);
+    check_close(f, "out.l_load", a.l_load, tol.out);
+    check_close(f, "out.l_aux", a.l_aux, tol.out);
     autograd::backward(tape, a.l_aux);  // upstream is exactly 1.0
   }
-  check_close<2>(f, "grad.in.logits", logits.grad(), tol.grad);
+  check_close(f, "grad.in.logits", logits.grad(), tol.grad);
 }
 
 }  // namespace
@@ -185,14 +185,14 @@ TEST_CASE("parity capacity_routing", "[parity][moe]") {
   };
   std::vector<double> gate(N);
   for (index_t n = 0; n < N; ++n) gate[n] = ts(n, 0) * double(plan.kept[n]);
-  check_close<2>(f, "out.scores", scores, 1e-9);
-  require_equal_ints<1>(f, "out.top_index", ti.reshape(DynShape<1>(N)));
-  check_close<1>(f, "out.top_score", ts.reshape(DynShape<1>(N)), 1e-9);
-  require_equal_ints<1>(f, "out.order", i1(plan.order));
-  require_equal_ints<1>(f, "out.slot", i1(plan.slot));
-  require_equal_ints<1>(f, "out.kept", i1(plan.kept));
-  require_equal_ints<1>(f, "out.expert_load", i1(plan.expert_load));
-  check_close<1>(f, "out.gate", Tensor<double, DynShape<1>>::from_host(DynShape<1>(N), gate), 1e-12);
+  check_close(f, "out.scores", scores, 1e-9);
+  require_equal_ints(f, "out.top_index", ti.reshape(DynShape<1>(N)));
+  check_close(f, "out.top_score", ts.reshape(DynShape<1>(N)), 1e-9);
+  require_equal_ints(f, "out.order", i1(plan.order));
+  require_equal_ints(f, "out.slot", i1(plan.slot));
+  require_equal_ints(f, "out.kept", i1(plan.kept));
+  require_equal_ints(f, "out.expert_load", i1(plan.expert_load));
+  check_close(f, "out.gate", Tensor<double, DynShape<1>>::from_host(DynShape<1>(N), gate), 1e-12);
   REQUIRE(plan.capacity == f.get<0, std::int64_t>("out.capacity").item());
 }
 
@@ -218,10 +218,10 @@ template <class T, class R>
 void check_expert_grads(const Fixture& f, moe::MoEFFN<T, cpu, R>& m, double gtol) {
   for (std::size_t e = 0; e < m.experts.size(); ++e) {
     const std::string p = "grad.param.experts." + std::to_string(e) + ".";
-    check_close<2>(f, p + "fc1.weight", grad_or_zero(m.experts[e].fc1.weight), gtol);
-    check_close<1>(f, p + "fc1.bias", grad_or_zero(m.experts[e].fc1.bias), gtol);
-    check_close<2>(f, p + "fc2.weight", grad_or_zero(m.experts[e].fc2.weight), gtol);
-    check_close<1>(f, p + "fc2.bias", grad_or_zero(m.experts[e].fc2.bias), gtol);
+    check_close(f, p + "fc1.weight", grad_or_zero(m.experts[e].fc1.weight), gtol);
+    check_close(f, p + "fc1.bias", grad_or_zero(m.experts[e].fc1.bias), gtol);
+    check_close(f, p + "fc2.weight", grad_or_zero(m.experts[e].fc2.weight), gtol);
+    check_close(f, p + "fc2.bias", grad_or_zero(m.experts[e].fc2.bias), gtol);
   }
 }
 
@@ -256,27 +256,27 @@ void run_moe_ffn_gmoe(const std::string& file, double tol, double gtol) {
     auto aux = m.aux_losses();
     const auto& o = m.routing.out;
     REQUIRE(m.routing.plan.capacity == std::int64_t(f.meta_int("capacity")));
-    require_equal_ints<2>(f, "out.top_index", o.indices);
+    require_equal_ints(f, "out.top_index", o.indices);
     auto i2 = [&](const std::vector<std::int64_t>& v) {
       return IndexTensor<DynShape<2>>::from_host(DynShape<2>(N, k), v);
     };
-    require_equal_ints<2>(f, "out.slot", i2(m.routing.plan.slot));
-    require_equal_ints<2>(f, "out.kept", i2(m.routing.plan.kept));
-    check_close<3>(f, "out.y", y, tol);
-    check_close<2>(f, "out.logits", o.logits, tol);
-    check_close<2>(f, "out.probs", o.probs, tol);
-    check_close<2>(f, "out.gates", o.top_gates, tol);
-    check_close<0>(f, "out.l_imp", aux.l_imp, tol);
-    check_close<0>(f, "out.l_load", aux.l_load, tol);
-    check_close<0>(f, "out.l_aux", aux.l_aux, tol);
-    Tensor<T, Shape<>> loss = upstream_term<3>(f, "y", y) + upstream_term<0>(f, "l_aux", aux.l_aux);
+    require_equal_ints(f, "out.slot", i2(m.routing.plan.slot));
+    require_equal_ints(f, "out.kept", i2(m.routing.plan.kept));
+    check_close(f, "out.y", y, tol);
+    check_close(f, "out.logits", o.logits, tol);
+    check_close(f, "out.probs", o.probs, tol);
+    check_close(f, "out.gates", o.top_gates, tol);
+    check_close(f, "out.l_imp", aux.l_imp, tol);
+    check_close(f, "out.l_load", aux.l_load, tol);
+    check_close(f, "out.l_aux", aux.l_aux, tol);
+    Tensor<T, Shape<>> loss = upstream_term(f, "y", y) + upstream_term(f, "l_aux", aux.l_aux);
     autograd::backward(tape, loss);
   }
-  check_close<3>(f, "grad.in.x", x.grad(), gtol);
-  check_close<2>(f, "grad.param.router.proj.weight", m.router.proj.weight.grad(), gtol);
-  check_close<1>(f, "grad.param.router.proj.bias", m.router.proj.bias.grad(), gtol);
-  check_close<2>(f, "grad.param.router.codebook", m.router.codebook.grad(), gtol);
-  check_close<0>(f, "grad.param.router.log_scale", m.router.log_scale.grad(), gtol);
+  check_close(f, "grad.in.x", x.grad(), gtol);
+  check_close(f, "grad.param.router.proj.weight", m.router.proj.weight.grad(), gtol);
+  check_close(f, "grad.param.router.proj.bias", m.router.proj.bias.grad(), gtol);
+  check_close(f, "grad.param.router.codebook", m.router.codebook.grad(), gtol);
+  check_close(f, "grad.param.router.log_scale", m.router.log_scale.grad(), gtol);
   check_expert_grads(f, m, gtol);
 }
 
@@ -299,18 +299,18 @@ TEST_CASE("parity moe_ffn", "[parity][moe]") {
   {
     autograd::Tape tape;
     auto y = m.forward(x);
-    check_close<3>(f, "out.y", y, 1e-9);
-    check_close<3>(f, "out.probs", m.routing.out.probs.reshape(DynShape<3>(B, T, E)), 1e-9);
+    check_close(f, "out.y", y, 1e-9);
+    check_close(f, "out.probs", m.routing.out.probs.reshape(DynShape<3>(B, T, E)), 1e-9);
     auto i2 = [&](const std::vector<std::int64_t>& v) {
       return IndexTensor<DynShape<2>>::from_host(DynShape<2>(B, T), v);
     };
-    require_equal_ints<2>(f, "out.top_index", i2(m.routing.top_index));
-    require_equal_ints<2>(f, "out.slot", i2(m.routing.plan.slot));
-    require_equal_ints<2>(f, "out.kept", i2(m.routing.plan.kept));
-    autograd::backward(tape, upstream_term<3>(f, "y", y));
+    require_equal_ints(f, "out.top_index", i2(m.routing.top_index));
+    require_equal_ints(f, "out.slot", i2(m.routing.plan.slot));
+    require_equal_ints(f, "out.kept", i2(m.routing.plan.kept));
+    autograd::backward(tape, upstream_term(f, "y", y));
   }
-  check_close<3>(f, "grad.in.x", x.grad(), 1e-9);
-  check_close<2>(f, "grad.param.router.weight", m.router.weight.grad(), 1e-9);
+  check_close(f, "grad.in.x", x.grad(), 1e-9);
+  check_close(f, "grad.param.router.weight", m.router.weight.grad(), 1e-9);
   check_expert_grads(f, m, 1e-9);
 }
 

@@ -1,7 +1,7 @@
 // Parity of the LoRA / TTMM components (LoRA, sparse-softmax merging weights, LoRA merging,
 // bisecting k-means) against the PyTorch fixtures described in tests/reference/README.md.
 
-#include "parity_util.hpp"
+#include "parity.hpp"
 #include "ttmoe/moe/bisecting_kmeans.hpp"
 #include "ttmoe/moe/lora.hpp"
 #include "ttmoe/moe/lora_merge.hpp"
@@ -12,7 +12,7 @@ using namespace ttmoe::test;
 
 namespace {
 // Float runs compare float32 code paths with the same float64 references: tolerances are relative to
-// max(1, |ref|) (parity_util.hpp). LoRA and merging are a few small GEMMs, the sparse softmax goes
+// max(1, |ref|) (tests/support/parity.hpp). LoRA and merging are a few small GEMMs, the sparse softmax goes
 // through exp(sim / beta^2) with beta = 0.2; measured float errors are at most 4.3e-7 (outputs) and
 // 9.5e-7 (LoRA gradients), so the float bounds below leave a margin of 10x or more.
 struct Tol {
@@ -36,17 +36,17 @@ void run_lora(const std::string& file, Tol tol) {
   {
     autograd::Tape tape;
     y = l.forward(x);
-    check_close<3>(f, "out.y", y, tol.out);
-    autograd::backward(tape, upstream_term<3>(f, "y", y));
+    check_close(f, "out.y", y, tol.out);
+    autograd::backward(tape, upstream_term(f, "y", y));
   }
-  check_close<3>(f, "grad.in.x", x.grad(), tol.grad);
-  check_close<2>(f, "grad.param.lora_A.weight", l.lora_A.weight.grad(), tol.grad);
-  check_close<2>(f, "grad.param.lora_B.weight", l.lora_B.weight.grad(), tol.grad);
+  check_close(f, "grad.in.x", x.grad(), tol.grad);
+  check_close(f, "grad.param.lora_A.weight", l.lora_A.weight.grad(), tol.grad);
+  check_close(f, "grad.param.lora_B.weight", l.lora_B.weight.grad(), tol.grad);
   REQUIRE_FALSE(l.weight.grad().defined());  // frozen base
   // merge() folds s B A into W; the merged forward matches; unmerge() restores W.
   const auto w0 = l.weight.to_vector();
   l.merge();
-  check_close<2>(f, "out.merged_weight", l.weight, tol.exact);
+  check_close(f, "out.merged_weight", l.weight, tol.exact);
   Tensor<T, DynShape<3>> ym = l.forward(x.detach());
   REQUIRE(max_rel_error(ym, y) < tol.exact);
   l.unmerge();
@@ -78,21 +78,21 @@ void run_sparse_softmax(const std::string& file, Tol tol = kDoubleTol) {
   auto r = moe::sparse_softmax_weights(q, c, cfg);
   const index_t K = c.extent(0);
   if (single) {
-    check_close<1>(f, "out.similarity", r.similarity.reshape(DynShape<1>(K)), tol.out);
-    check_close<1>(f, "out.kernel_weights", r.kernel_weights.reshape(DynShape<1>(K)), tol.out);
-    check_close<1>(f, "out.weights", r.weights.reshape(DynShape<1>(K)), tol.out);
-    require_equal_ints<1>(f, "out.selected", r.selected.reshape(DynShape<1>(K)));
-    require_equal_ints<0>(f, "out.num_selected", r.num_selected.reshape(Shape<>()));
-    require_equal_ints<0>(f, "out.status", r.status.reshape(Shape<>()));
+    check_close(f, "out.similarity", r.similarity.reshape(DynShape<1>(K)), tol.out);
+    check_close(f, "out.kernel_weights", r.kernel_weights.reshape(DynShape<1>(K)), tol.out);
+    check_close(f, "out.weights", r.weights.reshape(DynShape<1>(K)), tol.out);
+    require_equal_ints(f, "out.selected", r.selected.reshape(DynShape<1>(K)));
+    require_equal_ints(f, "out.num_selected", r.num_selected.reshape(Shape<>()));
+    require_equal_ints(f, "out.status", r.status.reshape(Shape<>()));
   } else {
-    check_close<2>(f, "out.similarity", r.similarity, tol.out);
-    check_close<2>(f, "out.kernel_weights", r.kernel_weights, tol.out);
-    check_close<2>(f, "out.weights", r.weights, tol.out);
-    require_equal_ints<2>(f, "out.selected", r.selected);
-    require_equal_ints<1>(f, "out.num_selected", r.num_selected);
-    require_equal_ints<1>(f, "out.status", r.status);
+    check_close(f, "out.similarity", r.similarity, tol.out);
+    check_close(f, "out.kernel_weights", r.kernel_weights, tol.out);
+    check_close(f, "out.weights", r.weights, tol.out);
+    require_equal_ints(f, "out.selected", r.selected);
+    require_equal_ints(f, "out.num_selected", r.num_selected);
+    require_equal_ints(f, "out.status", r.status);
     if (f.has("out.weights_paper"))
-      check_close<2>(f, "out.weights_paper", moe::sparse_softmax_paper(r.kernel_weights, cfg.tau), tol.out);
+      check_close(f, "out.weights_paper", moe::sparse_softmax_paper(r.kernel_weights, cfg.tau), tol.out);
   }
 }
 }  // namespace
@@ -126,14 +126,14 @@ void run_lora_merge(Tol tol) {
   }
   auto st = moe::stack_lora(A, B, w, s);
   auto dw = moe::merged_delta(st);
-  check_close<2>(f, "out.A_cat", st.A_cat, tol.exact);
-  check_close<2>(f, "out.B_cat", st.B_cat, tol.exact);
-  check_close<2>(f, "out.delta_w", dw, tol.exact);
+  check_close(f, "out.A_cat", st.A_cat, tol.exact);
+  check_close(f, "out.B_cat", st.B_cat, tol.exact);
+  check_close(f, "out.delta_w", dw, tol.exact);
   auto yu = moe::apply_stacked(x, W, st);
   Tensor<T, DynShape<2>> wm = W + dw;
   Tensor<T, DynShape<2>> ym = matmul<false, true>(x, wm);
-  check_close<2>(f, "out.y_unmerged", yu, tol.exact);
-  check_close<2>(f, "out.y_merged", ym, tol.exact);
+  check_close(f, "out.y_unmerged", yu, tol.exact);
+  check_close(f, "out.y_merged", ym, tol.exact);
   REQUIRE(max_rel_error(yu, ym) < tol.exact);  // dense and unmaterialised forms agree
 }
 }  // namespace
@@ -150,11 +150,11 @@ void run_kmeans(const std::string& file) {
   auto i1 = [](const std::vector<std::int64_t>& v) {
     return IndexTensor<DynShape<1>>::from_host(DynShape<1>(index_t(v.size())), v);
   };
-  require_equal_ints<1>(f, "out.assignments", i1(r.assignments));
-  require_equal_ints<1>(f, "out.sizes", i1(r.sizes));
-  require_equal_ints<1>(f, "out.split_order", i1(r.split_order));
-  require_equal_ints<1>(f, "out.lloyd_iterations", i1(r.lloyd_iterations));
-  check_close<2>(f, "out.centroids", r.centroids, 1e-9);
+  require_equal_ints(f, "out.assignments", i1(r.assignments));
+  require_equal_ints(f, "out.sizes", i1(r.sizes));
+  require_equal_ints(f, "out.split_order", i1(r.split_order));
+  require_equal_ints(f, "out.lloyd_iterations", i1(r.lloyd_iterations));
+  check_close(f, "out.centroids", r.centroids, 1e-9);
 }
 }  // namespace
 

@@ -1,12 +1,21 @@
 #pragma once
-// Loads a PyTorch parity fixture (tests/reference/README.md describes the convention) into ttmoe
-// tensors. A missing fixture file is a test FAILURE, not a skip: the fixtures are made by the
-// `generate_parity_fixtures` CTest setup step, which every parity test requires.
+// THE loader of the reference files the Python scripts write (tests/reference/README.md describes the
+// convention): every parity suite reads its safetensors fixtures through this header. A missing file
+// is a test FAILURE, not a skip: the CTest setup steps (generate_parity_fixtures,
+// generate_model_fixtures, ...) make the files, and every parity suite requires its step.
+//
+// Comparisons with a fixture, the fixture loss and the data-driven module parity live beside it, in
+// parity.hpp.
 
 #include <catch2/catch.hpp>
 
-#include <cmath>
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <filesystem>
+#include <span>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,83 +24,123 @@
 
 namespace ttmoe::test {
 
-/// One fixture file.
+/// Tensor `key` of an open safetensors file as Tensor<T, DynShape<R>>, converted to T; a rank that
+/// differs from R throws naming the key and both ranks.
+template <std::size_t R, class T = double>
+Tensor<T, DynShape<R>> read_tensor(const io::SafetensorsFile& file, const std::string& key) {
+  const auto& s = file.info(key).shape;
+  if (s.size() != R)
+    throw std::runtime_error("fixture tensor '" + key + "' has rank " + std::to_string(s.size()) + ", the test reads rank " +
+                             std::to_string(R));
+  std::array<index_t, R> e{};
+  for (std::size_t i = 0; i < R; ++i) e[i] = s[i];
+  Tensor<T, DynShape<R>> t(DynShape<R>::from_extents(e));
+  file.read_as<T>(key, std::span<T>(t.data(), std::size_t(t.numel())));
+  return t;
+}
+
+/// Splits a comma-separated metadata list (e.g. `loss_outputs`), dropping empty items.
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+/// One fixture file, `<test-data>/<folder>/<name>.safetensors`: "parity" for the component fixtures of
+/// tests/reference/generate_all.py, "models" for the model fixtures.
 class Fixture {
  public:
-  explicit Fixture(const std::string& name)
-      : path_(std::string(TTMOE_TEST_DATA_DIR) + "/parity/" + name + ".safetensors"),
+  /// Opens the fixture; throws (failing the test) with the CTest step to run when the file is missing.
+  explicit Fixture(const std::string& name, const std::string& folder = "parity")
+      : name_(name),
+        path_(std::string(TTMOE_TEST_DATA_DIR) + "/" + folder + "/" + name + ".safetensors"),
         file_(open(path_)) {}
 
+  /// The fixture's name (the file's stem).
+  const std::string& name() const { return name_; }
   /// The fixture file's path.
   const std::string& path() const { return path_; }
-  /// True if the file holds tensor `name`.
-  bool has(const std::string& name) const { return file_.contains(name); }
-  /// The extents of tensor `name`.
-  std::vector<index_t> shape(const std::string& name) const {
-    auto s = file_.info(name).shape;
+  /// The open file (for readers that take an io::SafetensorsFile).
+  const io::SafetensorsFile& file() const { return file_; }
+  /// True if the file holds tensor `key`.
+  bool has(const std::string& key) const { return file_.contains(key); }
+  /// The extents of tensor `key`.
+  std::vector<index_t> shape(const std::string& key) const {
+    const auto& s = file_.info(key).shape;
     return {s.begin(), s.end()};
   }
-  /// Metadata value (throws if absent).
+  /// Metadata value (throws naming the file and key if absent).
   std::string meta(const std::string& key) const {
-    auto m = file_.metadata();
-    auto it = m.find(key);
+    const auto m = file_.metadata();
+    const auto it = m.find(key);
     if (it == m.end()) throw std::runtime_error(path_ + ": no metadata key '" + key + "'");
     return it->second;
   }
+  /// Metadata value as a double.
   double meta_double(const std::string& key) const { return std::stod(meta(key)); }
+  /// Metadata value as an integer.
   long meta_int(const std::string& key) const { return std::stol(meta(key)); }
+  /// The outputs whose upstream gradients make up the fixture loss (metadata `loss_outputs`).
+  std::vector<std::string> loss_outputs() const { return split_list(meta("loss_outputs")); }
 
-  /// Tensor `name` as Tensor<T, DynShape<R>> (rank must match the file).
+  /// Tensor `key` as Tensor<T, DynShape<R>> (the rank must match the file).
   template <std::size_t R, class T = double>
-  Tensor<T, DynShape<R>> get(const std::string& name) const {
-    auto s = shape(name);
-    if (s.size() != R) throw std::runtime_error(path_ + ": tensor '" + name + "' has rank " + std::to_string(s.size()));
-    std::array<index_t, R> e{};
-    for (std::size_t i = 0; i < R; ++i) e[i] = s[i];
-    auto shp = DynShape<R>::from_extents(e);
-    Tensor<T, DynShape<R>> t(shp);
-    file_.read_as<T>(name, std::span<T>(t.data(), t.numel()));
-    return t;
+  Tensor<T, DynShape<R>> get(const std::string& key) const {
+    try {
+      return read_tensor<R, T>(file_, key);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path_ + ": " + e.what());
+    }
+  }
+
+  /// Tensor `key` of any rank (up to 6) as a flat vector of T.
+  template <class T>
+  std::vector<T> flat(const std::string& key) const {
+    switch (shape(key).size()) {
+      case 0: return get<0, T>(key).to_vector();
+      case 1: return get<1, T>(key).to_vector();
+      case 2: return get<2, T>(key).to_vector();
+      case 3: return get<3, T>(key).to_vector();
+      case 4: return get<4, T>(key).to_vector();
+      case 5: return get<5, T>(key).to_vector();
+      case 6: return get<6, T>(key).to_vector();
+    }
+    throw std::runtime_error(path_ + ": tensor '" + key + "' has a rank above 6");
   }
 
  private:
   static io::SafetensorsFile open(const std::string& path) {
     if (!std::filesystem::exists(path))
-      throw std::runtime_error("missing parity fixture " + path +
-                               " (run the generate_parity_fixtures CTest step; needs /usr/bin/python3 with torch)");
+      throw std::runtime_error("missing reference fixture " + path +
+                               " (the parity suites' CTest setup steps write it: run them through `ctest -L parity`,"
+                               " or tests/reference/generate_all.py --out <build>/test-data/parity)");
     return io::SafetensorsFile(std::filesystem::path(path));
   }
+  std::string name_;
   std::string path_;
   io::SafetensorsFile file_;
 };
 
-/// Largest |a - b| / max(1, |b|) over all elements; NaN-aware (NaN matches NaN only).
-template <class TA, class SA, class TB, class SB>
-double max_rel_error(const Tensor<TA, SA>& a, const Tensor<TB, SB>& b) {
-  REQUIRE(a.numel() == b.numel());
-  const auto va = a.to_vector();
-  const auto vb = b.to_vector();
-  double worst = 0;
-  for (std::size_t i = 0; i < va.size(); ++i) {
-    const double x = static_cast<double>(va[i]), y = static_cast<double>(vb[i]);
-    if (std::isnan(x) || std::isnan(y)) {
-      if (std::isnan(x) != std::isnan(y)) return INFINITY;
-      continue;
-    }
-    worst = std::max(worst, std::abs(x - y) / std::max(1.0, std::abs(y)));
-  }
-  return worst;
+/// Fixture tensor `key` as a leaf of type T that requires grad when `trainable` (inputs, parameters).
+template <std::size_t R, class T = double>
+Tensor<T, DynShape<R>> leaf(const Fixture& f, const std::string& key, bool trainable = true) {
+  auto t = f.get<R, T>(key);
+  if (trainable) t.set_requires_grad();
+  return t;
 }
 
-/// REQUIREs that `actual` matches fixture tensor `name` within `tol` (relative to max(1, |ref|)).
-template <std::size_t R, class T, class S>
-void require_close(const Fixture& f, const std::string& name, const Tensor<T, S>& actual, double tol) {
-  auto ref = f.get<R, double>(name);
-  INFO(name << ": shapes " << actual.shape().to_string() << " vs " << ref.shape().to_string());
-  REQUIRE(actual.extents() == ref.extents());
-  const double err = max_rel_error(actual, ref);
-  INFO(name << ": max relative error " << err << " (tolerance " << tol << ")");
-  REQUIRE(err <= tol);
+/// The fixture loss term sum(out * upstream.<name>) as a rank-0 tensor (recorded on an active tape).
+/// The upstream tensor is read in out's shape; its element count must match.
+template <class T, class S>
+Tensor<T, Shape<>> upstream_term(const Fixture& f, const std::string& name, const Tensor<T, S>& out) {
+  const std::string key = "upstream." + name;
+  INFO(f.name() << ": " << key);
+  REQUIRE(f.has(key));
+  const auto up = f.flat<T>(key);
+  REQUIRE(index_t(up.size()) == out.numel());
+  return sum_all(out * Tensor<T, S>::from_host(out.shape(), std::span<const T>(up)));
 }
 
 }  // namespace ttmoe::test

@@ -1,5 +1,5 @@
 #pragma once
-// Gradient-check harness for ttmoe ops (used by tests/gradcheck and by other suites: nn, moe, ...).
+// Gradient-check harness for ttmoe ops (the test_gradcheck cases of tests/core, nn and models, and tests/moe).
 //
 // A case maps a list of double input tensors (any ranks, random shapes) to an output tensor of any
 // shape. The harness turns the output into a scalar that is NOT a plain sum,

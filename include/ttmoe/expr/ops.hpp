@@ -10,8 +10,8 @@
 // VJP reads, given which operands need a gradient), so `x + bias` or a residual add saves nothing and
 // `x * w` keeps x only if w needs a gradient.
 //
-// Adding an op: write the functor here and a gradcheck case in tests/gradcheck; the coverage test
-// fails until the case exists.
+// Adding an op: write the functor here and a gradcheck case in tests/core/test_gradcheck_elementwise.cpp;
+// the coverage test fails until the case exists.
 
 #include <array>
 

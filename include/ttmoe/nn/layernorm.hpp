@@ -1,37 +1,23 @@
 #pragma once
-// LayerNorm over the last axis with biased variance (torch.nn.functional.layer_norm). The module
-// runs the fused single-pass op (ops/layer_norm.hpp); the composed `layer_norm` below is kept as a
-// readable reference built from the core's reductions and fused expressions.
+// LayerNorm over the last axis with biased variance (torch.nn.functional.layer_norm): nn::layer_norm
+// and the module nn::LayerNorm both run the fused single-pass op (ops/layer_norm.hpp, one tape node
+// "layer_norm"), the spelling a PyTorch user expects. The grouped form, where rows share per-group
+// affine parameters (MoE-LayerNorm), is ttmoe::layer_norm_rows in ops/.
 
-#include "ttmoe/expr/expr.hpp"
 #include "ttmoe/ops/layer_norm.hpp"
-#include "ttmoe/ops/reduce.hpp"
 
 namespace ttmoe::nn {
 
-/// Fused LayerNorm: y = (x - mean) * rstd * weight + bias over the last axis, as one op on any
-/// device. `weight` / `bias` are [D] or undefined (no affine part). The output keeps x's shape type
-/// (a static Shape<dyn, 197, 768> stays static).
+/// LayerNorm: y = (x - mean) * rstd * weight + bias over the last axis (rstd = 1 / sqrt(var + eps),
+/// biased variance), as one op on any device. `weight` / `bias` are [D] or undefined (no affine part).
+/// The output keeps x's shape type (a static Shape<dyn, 197, 768> stays static).
 template <class T, ShapeType S, class D, ShapeType SW>
-Tensor<T, S, D> layer_norm_fused(const Tensor<T, S, D>& x, const Tensor<T, SW, D>& weight,
-                                 const Tensor<T, SW, D>& bias, T eps = T(1e-6)) {
-  static_assert(SW::rank == 1, "layer_norm_fused: weight / bias are [D]");
+Tensor<T, S, D> layer_norm(const Tensor<T, S, D>& x, const Tensor<T, SW, D>& weight, const Tensor<T, SW, D>& bias,
+                           T eps = T(1e-6)) {
+  static_assert(SW::rank == 1, "layer_norm: weight / bias are [D]");
   const index_t dim = x.extent(S::rank - 1);
   const index_t rows = dim ? x.numel() / dim : 0;
   return layer_norm_rows(x, weight, bias, rows ? rows : 1, eps, "layer_norm");  // one group: all rows
-}
-
-/// Functional LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias over the last axis.
-/// `weight` / `bias` may be undefined (no affine part).
-template <class T, class S, class D, class SW>
-Tensor<T, DynShape<S::rank>, D> layer_norm(const Tensor<T, S, D>& x, const Tensor<T, SW, D>& weight,
-                                           const Tensor<T, SW, D>& bias, T eps = T(1e-6)) {
-  using SD = DynShape<S::rank>;
-  Tensor<T, SD, D> xc = x - mean<-1, true>(x);
-  Tensor<T, SD, D> xn = xc * rsqrt(mean<-1, true>(square(xc)) + eps);
-  if (weight.defined() && bias.defined()) return xn * weight + bias;
-  if (weight.defined()) return xn * weight;
-  return xn;
 }
 
 /// nn.LayerNorm(dim, eps) with elementwise affine (weight 1, bias 0 at init). eps defaults to 1e-6
@@ -54,7 +40,7 @@ struct LayerNorm {
   /// Normalises over the last axis with the fused op; the result keeps x's shape type.
   template <class S>
   Tensor<T, S, D> forward(const Tensor<T, S, D>& x) const {
-    return layer_norm_fused(x, weight, bias, eps);
+    return layer_norm(x, weight, bias, eps);
   }
   template <class S>
   auto operator()(const Tensor<T, S, D>& x) const {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PEFT LoRA reference folders for ttmoe's adapter tests (tests/llm, label parity).
+"""PEFT LoRA reference folders for ttmoe's adapter tests (tests/models, label parity).
 
 For a tiny random Llama and Qwen2 (transformers' own classes, llm_reference.py's seeded weights) this
 saves, under <out>/<case>/:

@@ -1,7 +1,7 @@
 // Gradient checks of the dense layers and losses (include/ttmoe/nn): every module's forward with its
 // parameters as harness inputs, so the gradient of the input AND of every parameter is compared with
 // central finite differences in double, at random shapes (see tests/support/gradcheck.hpp). These
-// replace the former fixed-shape checks of tests/parity/layers_gradcheck.cpp; its shapes are kept as
+// replace the former fixed-shape checks of a layers_gradcheck.cpp; its shapes are kept as
 // one variant each ("former fixed shape").
 
 #include <gradcheck.hpp>
@@ -56,12 +56,25 @@ IndexTensor<DynShape<R>> positions(const Inputs& in, const std::array<index_t, R
   return random_indices<R>(rng, e, bound);
 }
 
+/// LayerNorm composed from the core's reductions and fused expressions, (x - mean) / sqrt(var + eps) *
+/// weight + bias over the last axis: the readable definition, gradient-checked beside the fused op
+/// (nn::layer_norm) so the two spellings of the same maths stay honest.
+template <class T, class S, class SW>
+Tensor<T, DynShape<S::rank>> layer_norm_reference(const Tensor<T, S>& x, const Tensor<T, SW>& weight,
+                                                  const Tensor<T, SW>& bias, T eps) {
+  using SD = DynShape<S::rank>;
+  Tensor<T, SD> xc = x - mean<-1, true>(x);
+  Tensor<T, SD> xn = xc * rsqrt(mean<-1, true>(square(xc)) + eps);
+  return xn * weight + bias;
+}
+
 }  // namespace
 
 // ---- normalisation ---------------------------------------------------------------------------------
 GRADCHECK_CASE("layernorm") {
-  // nn::LayerNorm runs the fused op (one "layer_norm" node); the composed reference nn::layer_norm and
-  // the per-group form layer_norm_rows (gamma / beta rows broadcast over groups of rows) too.
+  // nn::LayerNorm and nn::layer_norm run the fused op (one "layer_norm" node); the composed
+  // layer_norm_reference above and the per-group form layer_norm_rows (gamma / beta rows broadcast
+  // over groups of rows) too.
   auto module = [](const Inputs& in, auto x) {
     nn::LayerNorm<double> ln;
     ln.weight = in.get<1>(1);
@@ -77,9 +90,9 @@ GRADCHECK_CASE("layernorm") {
       .variant("former fixed shape [2,3,6]", [](Rng&) { return Shapes{{2, 3, 6}, {6}, {6}}; },
                [module](const Inputs& in) -> Output { return module(in, in.get<3>(0)); })
       .variant("weight only, rank 4", [](Rng& r) { auto d = r.ext(3, 6); return Shapes{{r.ext(1, 2), r.ext(1, 2), r.ext(1, 3), d}, {d}}; },
-               [](const Inputs& in) -> Output { return nn::layer_norm_fused(in.get<4>(0), in.get<1>(1), kNone, 1e-6); })
+               [](const Inputs& in) -> Output { return nn::layer_norm(in.get<4>(0), in.get<1>(1), kNone, 1e-6); })
       .variant("no affine, rank 1", [](Rng& r) { return Shapes{{r.ext(3, 9)}}; },
-               [](const Inputs& in) -> Output { return nn::layer_norm_fused(in.get<1>(0), kNone, kNone, 1e-6); })
+               [](const Inputs& in) -> Output { return nn::layer_norm(in.get<1>(0), kNone, kNone, 1e-6); })
       .variant("per-group affine: layer_norm_rows, gamma/beta [G,D]",
                [](Rng& r) {
                  auto g = r.ext(1, 3), per = r.ext(1, 3), d = r.ext(3, 6);
@@ -89,8 +102,8 @@ GRADCHECK_CASE("layernorm") {
                  auto x = in.get<2>(0), gamma = in.get<2>(1);
                  return layer_norm_rows(x, gamma, in.get<2>(2), x.extent(0) / gamma.extent(0), 1e-6);
                })
-      .variant("composed reference nn::layer_norm", [](Rng& r) { auto d = r.ext(3, 7); return Shapes{{r.ext(1, 4), d}, {d}, {d}}; },
-               [](const Inputs& in) -> Output { return nn::layer_norm(in.get<2>(0), in.get<1>(1), in.get<1>(2), 1e-6); })
+      .variant("composed reference layer_norm_reference", [](Rng& r) { auto d = r.ext(3, 7); return Shapes{{r.ext(1, 4), d}, {d}, {d}}; },
+               [](const Inputs& in) -> Output { return layer_norm_reference(in.get<2>(0), in.get<1>(1), in.get<1>(2), 1e-6); })
       .variant("consumer reads input and output: ln(x) * x", [](Rng& r) { auto d = r.ext(3, 6); return Shapes{{r.ext(1, 4), d}, {d}, {d}}; },
                [module](const Inputs& in) -> Output {
                  auto x = in.get<2>(0);
@@ -101,13 +114,13 @@ GRADCHECK_CASE("layernorm frozen affine") {
   // Weight and bias need no gradient: only dx is accumulated.
   return Case().constant_input(1).constant_input(2).variant(
       "module [B,T,D]", [](Rng& r) { auto d = r.ext(3, 7); return Shapes{{r.ext(1, 3), r.ext(1, 3), d}, {d}, {d}}; },
-      [](const Inputs& in) -> Output { return nn::layer_norm_fused(in.get<3>(0), in.get<1>(1), in.get<1>(2), 1e-6); });
+      [](const Inputs& in) -> Output { return nn::layer_norm(in.get<3>(0), in.get<1>(1), in.get<1>(2), 1e-6); });
 }
 GRADCHECK_CASE("layernorm frozen input") {
   // Only the affine parameters need a gradient (a frozen activation, LayerNorm-only adaptation).
   return Case().constant_input(0).variant(
       "module [N,D]", [](Rng& r) { auto d = r.ext(3, 7); return Shapes{{r.ext(1, 5), d}, {d}, {d}}; },
-      [](const Inputs& in) -> Output { return nn::layer_norm_fused(in.get<2>(0), in.get<1>(1), in.get<1>(2), 1e-6); });
+      [](const Inputs& in) -> Output { return nn::layer_norm(in.get<2>(0), in.get<1>(1), in.get<1>(2), 1e-6); });
 }
 GRADCHECK_CASE("rmsnorm") {
   return Case()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hugging Face reference folders for ttmoe's Llama-family tests (tests/llm).
+"""Hugging Face reference folders for ttmoe's Llama-family tests (tests/models).
 
 Each case builds transformers' own LlamaForCausalLM / Qwen2ForCausalLM with seeded random weights,
 saves it with save_pretrained (an HF folder exactly as users have them) and writes

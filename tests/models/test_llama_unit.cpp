@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "../models/model_fixture.hpp"
+#include "parity.hpp"
 #include "ttmoe/models/llm.hpp"
 #include "ttmoe/nn/loss.hpp"
 

@@ -1,4 +1,4 @@
-// The COVERAGE tests of test_gradcheck (see coverage.hpp): every differentiable elementwise functor
+// The COVERAGE tests of test_gradcheck (see tests/support/gradcheck_coverage.hpp): every differentiable elementwise functor
 // of expr/ops.hpp is declared by a case, every tape node recorded outside include/ttmoe/moe/ (core,
 // expr, ops, autograd, nn, ...) is produced by a case of this executable, and the lists of functors
 // and nodes match the library sources, parsed at test time.
@@ -11,7 +11,7 @@
 #include <tuple>
 #include <unistd.h>
 
-#include "coverage.hpp"
+#include "gradcheck_coverage.hpp"
 
 using namespace ttmoe;
 using namespace ttmoe::gradcheck;

@@ -1,6 +1,6 @@
 #pragma once
-// Gradcheck COVERAGE, shared by every gradcheck executable: test_gradcheck (tests/gradcheck: core,
-// expr, ops, autograd and nn cases) and test_moe_gradcheck (tests/moe: the moe cases).
+// Gradcheck COVERAGE, shared by every gradcheck executable: test_gradcheck (defined in tests/core;
+// core, expr, ops, autograd, nn and models cases) and test_moe_gradcheck (tests/moe: the moe cases).
 //
 // At test time the library headers are parsed for every tape-node name an op can record: the name
 // given to `record(...)` (ops/record.hpp) or to `Recorder::push(...)` (core, expr:
@@ -55,7 +55,7 @@ inline const char* suite_name(Suite s) { return s == Suite::core ? "test_gradche
 inline Suite owner_of(const std::string& dir) { return dir == "moe" ? Suite::moe : Suite::core; }
 
 /// The repository root: TTMOE_SOURCE_DIR when the build defines it, else three levels above this
-/// header (tests/gradcheck/coverage.hpp), which the compiler names by an absolute path.
+/// header (tests/support/gradcheck_coverage.hpp), which the compiler names by an absolute path.
 inline std::filesystem::path source_dir() {
 #ifdef TTMOE_SOURCE_DIR
   return std::filesystem::path(TTMOE_SOURCE_DIR);
@@ -277,7 +277,7 @@ inline Recorded recorded_node_names(std::filesystem::path root = source_dir() / 
         // to the tape, and its callers are parsed directly above).
         if (names.empty() && !declaration && fname != "record")
           r.problems.emplace_back(ch->dir, ch->rel + ": " + fname + "(...) passes node name '" + arg +
-                               "' that is not a string literal; extend tests/gradcheck/coverage.hpp");
+                               "' that is not a string literal; extend tests/support/gradcheck_coverage.hpp");
       }
       if (resolved == 0 && fname != "record")
         r.problems.emplace_back(h.dir, h.rel + ": no node name found for the calls of " + fname);
@@ -299,7 +299,7 @@ inline std::vector<std::string> list_mismatches(const Recorded& rec, Suite s) {
     for (const auto& d : dirs)
       if (owner_of(d) == s && !node_names(s).count(name)) {
         out.push_back("node '" + name + "' is recorded in include/ttmoe/" + d + "/ but is not in the coverage list of " +
-                      suite_name(s) + " (tests/gradcheck/coverage.hpp): add it there and add a GRADCHECK_CASE that " +
+                      suite_name(s) + " (tests/support/gradcheck_coverage.hpp): add it there and add a GRADCHECK_CASE that " +
                       "records it to " + suite_name(s));
         break;
       }
@@ -353,7 +353,7 @@ inline std::map<std::string, Result> check_cases_cover(Suite s) {
     CHECK(observed.count(n) == 1);
   }
   for (const auto& n : observed) {
-    INFO("node recorded by a case but unknown to the coverage lists (tests/gradcheck/coverage.hpp): " << n);
+    INFO("node recorded by a case but unknown to the coverage lists (tests/support/gradcheck_coverage.hpp): " << n);
     CHECK((kCoreNodeNames.count(n) + kMoeNodeNames.count(n) + kNonDifferentiableNodeNames.count(n)) == 1);
   }
   if (std::getenv("TTMOE_GRADCHECK_REPORT")) {

@@ -1,4 +1,4 @@
-// Parity of the Llama-family causal LM with Hugging Face transformers (tests/llm/llm_reference.py):
+// Parity of the Llama-family causal LM with Hugging Face transformers (tests/models/llm_reference.py):
 // folders written by save_pretrained (single file, sharded, bf16) load by name; full-sequence logits
 // match within 1e-4 (normwise relative), 32 greedy tokens per prompt are identical to transformers'
 // generate (prompts of different lengths batched together here, one at a time there), and the
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "../models/model_fixture.hpp"
+#include "parity.hpp"
 #include "ttmoe/models/llm.hpp"
 
 using namespace ttmoe;
@@ -170,7 +170,7 @@ TEST_CASE("llama hf folder: what save_llama writes loads in transformers with th
       w.add("ids", std::span<const std::int64_t>(ids), {3, 12});
       w.write(out / "ids.safetensors");
       const std::string cmd = std::string("'") + TTMOE_REF_PYTHON_EXE + "' '" + TTMOE_SOURCE_DIR +
-                              "/tests/llm/hf_load_check.py' '" + out.string() + "'";
+                              "/tests/models/hf_load_check.py' '" + out.string() + "'";
       INFO(name << " saved as " << io::dtype_name(dt) << ": " << cmd);
       REQUIRE(std::system(cmd.c_str()) == 0);
       // The saved weights (rounded if bf16) run by ttmoe, against transformers on the same folder.
@@ -183,7 +183,7 @@ TEST_CASE("llama hf folder: what save_llama writes loads in transformers with th
     }
 }
 
-// ---- PEFT LoRA adapters (tests/llm/peft_reference.py) ----
+// ---- PEFT LoRA adapters (tests/models/peft_reference.py) ----
 // Adapters made by PEFT (one plain, one rsLoRA with a regex target, rank_pattern and alpha_pattern)
 // run unmerged and merged give PEFT's logits; both at once with weights 0.7 / -0.4 give PEFT's
 // weighted combination; an adapter made and saved by ttmoe loads in PEFT with the same logits.
@@ -265,7 +265,7 @@ TEST_CASE("peft parity: an adapter made and saved by ttmoe loads in PEFT with th
     w.write(out / "ids.safetensors");
     std::ofstream(out / "base_model.txt") << base_dir.string() << "\n";
     const std::string cmd = std::string("'") + TTMOE_REF_PYTHON_EXE + "' '" + TTMOE_SOURCE_DIR +
-                            "/tests/llm/peft_reference.py' --check '" + out.string() + "'";
+                            "/tests/models/peft_reference.py' --check '" + out.string() + "'";
     INFO(name << ": " << cmd);
     REQUIRE(std::system(cmd.c_str()) == 0);
     const auto peft_logits = test::read_tensor<3, float>(io::SafetensorsFile(out / "peft_logits.safetensors"), "logits");

@@ -1,5 +1,5 @@
 // Gradient checks of the index-driven ops and views, and self-tests of the harness itself. See
-// tests/support/gradcheck.hpp (the coverage test over every registered case is gc_coverage.cpp).
+// tests/support/gradcheck.hpp (the coverage test over every registered case is test_gradcheck_coverage.cpp).
 
 #include <gradcheck.hpp>
 
