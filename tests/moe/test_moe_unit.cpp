@@ -287,7 +287,7 @@ TEST_CASE("moe_ffn expert dropout: fused act*mask equals fc2(dropout(act(fc1(x))
     for (index_t e = 0; e < E; ++e) {
       std::vector<std::int64_t> rows;
       for (index_t n = 0; n < N; ++n)
-        if (top[std::size_t(n)] == e) rows.push_back(n);
+        if (top[std::size_t(n)] == std::int64_t(e)) rows.push_back(std::int64_t(n));
       if (rows.empty()) continue;
       auto idx = IndexTensor<DynShape<1>>::from_host(DynShape<1>(index_t(rows.size())), rows);
       const auto& ex = m.experts[std::size_t(e)];
@@ -296,7 +296,7 @@ TEST_CASE("moe_ffn expert dropout: fused act*mask equals fc2(dropout(act(fc1(x))
       Tensor<double, DynShape<2>> ye = ex.fc2(hidden) * index_select(gates, idx);
       loss = loss + sum_all(ye * index_select(up, idx));
       for (std::size_t r = 0; r < rows.size(); ++r)
-        for (index_t d = 0; d < D; ++d) y_ref[std::size_t(rows[r] * D + d)] = ye(index_t(r), d);
+        for (index_t d = 0; d < D; ++d) y_ref[std::size_t(rows[r]) * D + d] = ye(index_t(r), d);
     }
     autograd::backward(tape, loss);
   }
