@@ -63,6 +63,29 @@ TEST_CASE("nn: dropout keeps the mean and zeroes about p") {
   REQUIRE(nn::dropout(x, 0.0, true, rng).to_vector() == x.to_vector());
 }
 
+TEST_CASE("nn: dropout masks come from the seed, and neighbouring elements are independent") {
+  const double p = 0.5;
+  auto x = Tensor<double, DynShape<2>>::full(DynShape<2>(1001, 101), 1.0);  // odd count: the unpaired last draw
+  nn::Rng a(5), b(5), c(6);
+  const auto ya = nn::dropout(x, p, true, a).to_vector();
+  REQUIRE(ya == nn::dropout(x, p, true, b).to_vector());  // same seed, same mask
+  REQUIRE(ya != nn::dropout(x, p, true, c).to_vector());
+  REQUIRE(ya != nn::dropout(x, p, true, a).to_vector());  // the generator advanced: a fresh mask
+  // Draws 2i and 2i+1 share one 64-bit mix: both dropped should happen p^2 of the time.
+  double both = 0, kept = 0;
+  const std::size_t pairs = ya.size() / 2;
+  for (std::size_t i = 0; i < pairs; ++i) both += (ya[2 * i] == 0 && ya[2 * i + 1] == 0);
+  for (double v : ya) {
+    REQUIRE((v == 0.0 || v == 2.0));
+    kept += (v != 0.0);
+  }
+  REQUIRE(std::abs(both / double(pairs) - p * p) < 0.01);  // ~5 standard deviations
+  REQUIRE(std::abs(kept / double(ya.size()) - (1 - p)) < 0.01);
+  // dropout is x * dropout_mask from the same draw.
+  nn::Rng d(5);
+  REQUIRE(nn::dropout_mask<double, cpu>(DynShape<2>(1001, 101), p, d).to_vector() == ya);
+}
+
 TEST_CASE("nn: drop_path drops whole samples") {
   nn::Rng rng(7);
   const index_t B = 20000;
