@@ -182,27 +182,30 @@ struct pow {
     gb = g * out * vm::log(a);
   }
 };
-/// Elementwise maximum (ties send the gradient to a, as in the subgradient torch uses for max).
-struct maximum {
-  static constexpr const char* name = "maximum";
+/// The VJP of a binary op whose result is one of its operands (maximum, minimum): the whole gradient
+/// goes to a where `Op::picks_a(a, b)` is 1, to b where it is 0.
+template <class Op>
+struct picks_an_operand {
   static constexpr bool differentiable = true;
-  template <class V> TTMOE_HD static V apply(V a, V b) { return vm::max(a, b); }
   template <class V> TTMOE_HD static void vjp(V a, V b, V, V g, V& ga, V& gb) {
-    const V m = vm::ge(a, b);
+    const V m = Op::picks_a(a, b);
     ga = g * m;
     gb = g * (V(1) - m);
   }
 };
+/// Elementwise maximum (ties send the gradient to a, as in the subgradient torch uses for max).
+struct maximum : picks_an_operand<maximum> {
+  static constexpr const char* name = "maximum";
+  template <class V> TTMOE_HD static V apply(V a, V b) { return vm::max(a, b); }
+  /// 1 where the result is a.
+  template <class V> TTMOE_HD static V picks_a(V a, V b) { return vm::ge(a, b); }
+};
 /// Elementwise minimum (ties send the gradient to a).
-struct minimum {
+struct minimum : picks_an_operand<minimum> {
   static constexpr const char* name = "minimum";
-  static constexpr bool differentiable = true;
   template <class V> TTMOE_HD static V apply(V a, V b) { return vm::min(a, b); }
-  template <class V> TTMOE_HD static void vjp(V a, V b, V, V g, V& ga, V& gb) {
-    const V m = vm::ge(b, a);
-    ga = g * m;
-    gb = g * (V(1) - m);
-  }
+  /// 1 where the result is a.
+  template <class V> TTMOE_HD static V picks_a(V a, V b) { return vm::ge(b, a); }
 };
 
 #define TTMOE_COMPARISON(NAME, EXPR)                                                   \
