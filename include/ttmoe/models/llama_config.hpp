@@ -15,23 +15,16 @@
 #include <nlohmann/json.hpp>
 
 #include "ttmoe/core/error.hpp"
+#include "ttmoe/models/config_error.hpp"
 #include "ttmoe/core/shape.hpp"
 #include "ttmoe/nn/rope.hpp"
 
 namespace ttmoe::models {
 
 /// A config.json the model cannot use; what() reads "<file>: field '<field>': <problem>".
-class LlamaConfigError : public Error {
+class LlamaConfigError : public ConfigFieldError {
  public:
-  LlamaConfigError(std::string file, std::string field, const std::string& problem)
-      : Error(file + ": field '" + field + "': " + problem), file_(std::move(file)), field_(std::move(field)) {}
-  /// The config file (or label).
-  const std::string& file() const noexcept { return file_; }
-  /// The offending field (dotted for nested ones, e.g. "rope_scaling.rope_type").
-  const std::string& field() const noexcept { return field_; }
-
- private:
-  std::string file_, field_;
+  using ConfigFieldError::ConfigFieldError;
 };
 
 /// Architecture of a Llama-family decoder (the fields of HF LlamaConfig / Qwen2Config it uses).

@@ -25,23 +25,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ttmoe/models/config_error.hpp"
 #include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/moe/lora.hpp"
 
 namespace ttmoe::models {
 
 /// An adapter_config.json ttmoe cannot use; what() reads "<file>: field '<field>': <problem>".
-class PeftConfigError : public Error {
+class PeftConfigError : public ConfigFieldError {
  public:
-  PeftConfigError(std::string file, std::string field, const std::string& problem)
-      : Error(file + ": field '" + field + "': " + problem), file_(std::move(file)), field_(std::move(field)) {}
-  /// The config file.
-  const std::string& file() const noexcept { return file_; }
-  /// The offending field.
-  const std::string& field() const noexcept { return field_; }
-
- private:
-  std::string file_, field_;
+  using ConfigFieldError::ConfigFieldError;
 };
 
 /// The LoRA hyper-parameters of a PEFT adapter (the adapter_config.json fields ttmoe uses).
