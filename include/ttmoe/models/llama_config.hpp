@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ttmoe/core/error.hpp"
-#include "ttmoe/models/config_error.hpp"
+#include "ttmoe/models/config_file.hpp"
 #include "ttmoe/core/shape.hpp"
 #include "ttmoe/nn/rope.hpp"
 
@@ -192,15 +192,7 @@ inline LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::st
 }
 
 inline LlamaConfig LlamaConfig::load(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw LlamaConfigError(path.string(), "", "cannot open the file");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw LlamaConfigError(path.string(), "", std::string("invalid JSON: ") + e.what());
-  }
-  return from_json(j, path.string());
+  return from_json(read_config_json<LlamaConfigError>(path, "file"), path.string());
 }
 
 inline nlohmann::json LlamaConfig::to_json() const {

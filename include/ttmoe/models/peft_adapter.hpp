@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ttmoe/models/config_error.hpp"
+#include "ttmoe/models/config_file.hpp"
 #include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/moe/lora.hpp"
 
@@ -133,15 +133,7 @@ struct LoraAdapterConfig {
 
   /// Reads `path` (an adapter_config.json).
   static LoraAdapterConfig load(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    if (!in) throw PeftConfigError(path.string(), "", "cannot open the adapter config");
-    nlohmann::ordered_json j;
-    try {
-      j = nlohmann::ordered_json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw PeftConfigError(path.string(), "", std::string("not valid JSON: ") + e.what());
-    }
-    return from_json(j, path.string());
+    return from_json(read_config_json<PeftConfigError, nlohmann::ordered_json>(path, "adapter config"), path.string());
   }
 
   /// The adapter_config.json PEFT's LoraConfig reads (its other fields take PEFT's defaults).
