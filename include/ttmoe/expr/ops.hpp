@@ -182,30 +182,27 @@ struct pow {
     gb = g * out * vm::log(a);
   }
 };
-/// The VJP of a binary op whose result is one of its operands (maximum, minimum): the whole gradient
-/// goes to a where `Op::picks_a(a, b)` is 1, to b where it is 0.
-template <class Op>
-struct picks_an_operand {
+/// Elementwise maximum (ties send the gradient to a, as in the subgradient torch uses for max).
+struct maximum {
+  static constexpr const char* name = "maximum";
   static constexpr bool differentiable = true;
+  template <class V> TTMOE_HD static V apply(V a, V b) { return vm::max(a, b); }
   template <class V> TTMOE_HD static void vjp(V a, V b, V, V g, V& ga, V& gb) {
-    const V m = Op::picks_a(a, b);
+    const V m = vm::ge(a, b);
     ga = g * m;
     gb = g * (V(1) - m);
   }
 };
-/// Elementwise maximum (ties send the gradient to a, as in the subgradient torch uses for max).
-struct maximum : picks_an_operand<maximum> {
-  static constexpr const char* name = "maximum";
-  template <class V> TTMOE_HD static V apply(V a, V b) { return vm::max(a, b); }
-  /// 1 where the result is a.
-  template <class V> TTMOE_HD static V picks_a(V a, V b) { return vm::ge(a, b); }
-};
 /// Elementwise minimum (ties send the gradient to a).
-struct minimum : picks_an_operand<minimum> {
+struct minimum {
   static constexpr const char* name = "minimum";
+  static constexpr bool differentiable = true;
   template <class V> TTMOE_HD static V apply(V a, V b) { return vm::min(a, b); }
-  /// 1 where the result is a.
-  template <class V> TTMOE_HD static V picks_a(V a, V b) { return vm::ge(b, a); }
+  template <class V> TTMOE_HD static void vjp(V a, V b, V, V g, V& ga, V& gb) {
+    const V m = vm::ge(b, a);
+    ga = g * m;
+    gb = g * (V(1) - m);
+  }
 };
 
 #define TTMOE_COMPARISON(NAME, EXPR)                                                   \

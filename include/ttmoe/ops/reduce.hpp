@@ -101,25 +101,24 @@ auto mean_all(const X& xin) {
 namespace detail {
 template <int Axis, bool KeepDim, bool IsMin, class X>
 auto extremum(const X& xin, const char* name) {
-  using B = backend_of<X>;
-  using XT = std::remove_cvref_t<X>;
-  using Index = Tensor<std::int64_t, reduced_shape_t<axis_v<Axis, XT::rank>, KeepDim, typename XT::shape_type>,
-                       typename XT::device_type>;
-  Index idx;
-  auto values = reduce_along<Axis, KeepDim>(
-      xin, name,
-      [&idx, name](const auto& x, auto& out, const auto& v) {
-        if (v[1] == 0)
-          throw ValueError(std::string(name) + ": reduction over an empty axis of shape " + x.shape().to_string());
-        idx = Index(out.shape());
-        B::reduce_extremum(x.data(), out.data(), idx.data(), v[0], v[1], v[2], IsMin);
-      },
-      [&idx](const auto& x, const auto&, const auto& v) {
-        return [m = x.meta(), v, idx](const auto* g) {
-          B::scatter_add_axis(m->accumulate_target(), g, idx.data(), v[0], v[1], v[2], index_t(1));
-        };
-      });
-  return std::pair{values, idx};
+  auto x = eval(xin);
+  using TX = std::remove_cvref_t<decltype(x)>;
+  using T = typename TX::value_type;
+  using D = typename TX::device_type;
+  constexpr std::size_t A = axis_v<Axis, TX::rank>;
+  const auto v = axis_view<A>(x.extents());
+  if (v[1] == 0) throw ValueError(std::string(name) + ": reduction over an empty axis of shape " + x.shape().to_string());
+  using SO = reduced_shape_t<A, KeepDim, typename TX::shape_type>;
+  Tensor<T, SO, D> out(reduced_shape<A, KeepDim>(x.shape()));
+  Tensor<std::int64_t, SO, D> idx(out.shape());
+  Backend<D>::reduce_extremum(x.data(), out.data(), idx.data(), v[0], v[1], v[2], IsMin);
+  if (should_record(x)) {
+    auto m = x.meta();
+    record(name, out, [m, v, idx](const T* g) {
+      Backend<D>::scatter_add_axis(m->accumulate_target(), g, idx.data(), v[0], v[1], v[2], index_t(1));
+    });
+  }
+  return std::pair{out, idx};
 }
 }  // namespace detail
 
