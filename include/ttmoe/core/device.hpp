@@ -14,12 +14,28 @@
 
 namespace ttmoe {
 
+/// For a device whose memory is host memory: a transfer from or to the host is the device's own
+/// `copy`, so it is written once here and the device derives from `HostMemoryTransfers<itself>`.
+template <class Self>
+struct HostMemoryTransfers {
+  /// Copies n objects from host memory to this device.
+  template <class T>
+  static void copy_from_host(T* dst, const T* src, index_t n) {
+    Self::copy(dst, src, n);
+  }
+  /// Copies n objects from this device to host memory.
+  template <class T>
+  static void copy_to_host(T* dst, const T* src, index_t n) {
+    Self::copy(dst, src, n);
+  }
+};
+
 /// The host CPU. Memory is 64-byte aligned so SIMD loads of any width never split a cache line at
 /// the start of a buffer. Buffers of `pooled_bytes` and more come from a caching pool of mapped pages
 /// (see core/caching_pool.hpp): a loop that allocates the same activations every step reuses them
 /// instead of faulting fresh zeroed pages in each time, which costs as much as the arithmetic on
 /// them. Smaller buffers use the C allocator, which already recycles them cheaply.
-struct cpu {
+struct cpu : HostMemoryTransfers<cpu> {
   static constexpr const char* name = "cpu";
   static constexpr std::size_t alignment = 64;
   /// Allocations of at least this many bytes go through the caching pool.
@@ -74,16 +90,6 @@ struct cpu {
   template <class T>
   static void copy(T* dst, const T* src, index_t n) {
     if (n) std::memcpy(dst, src, n * sizeof(T));
-  }
-  /// Copies n objects from host memory to this device.
-  template <class T>
-  static void copy_from_host(T* dst, const T* src, index_t n) {
-    copy(dst, src, n);
-  }
-  /// Copies n objects from this device to host memory.
-  template <class T>
-  static void copy_to_host(T* dst, const T* src, index_t n) {
-    copy(dst, src, n);
   }
   /// Sets n objects to zero.
   template <class T>

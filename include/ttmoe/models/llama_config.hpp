@@ -15,23 +15,16 @@
 #include <nlohmann/json.hpp>
 
 #include "ttmoe/core/error.hpp"
+#include "ttmoe/models/config_file.hpp"
 #include "ttmoe/core/shape.hpp"
 #include "ttmoe/nn/rope.hpp"
 
 namespace ttmoe::models {
 
 /// A config.json the model cannot use; what() reads "<file>: field '<field>': <problem>".
-class LlamaConfigError : public Error {
+class LlamaConfigError : public ConfigFieldError {
  public:
-  LlamaConfigError(std::string file, std::string field, const std::string& problem)
-      : Error(file + ": field '" + field + "': " + problem), file_(std::move(file)), field_(std::move(field)) {}
-  /// The config file (or label).
-  const std::string& file() const noexcept { return file_; }
-  /// The offending field (dotted for nested ones, e.g. "rope_scaling.rope_type").
-  const std::string& field() const noexcept { return field_; }
-
- private:
-  std::string file_, field_;
+  using ConfigFieldError::ConfigFieldError;
 };
 
 /// Architecture of a Llama-family decoder (the fields of HF LlamaConfig / Qwen2Config it uses).
@@ -199,15 +192,7 @@ inline LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::st
 }
 
 inline LlamaConfig LlamaConfig::load(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw LlamaConfigError(path.string(), "", "cannot open the file");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw LlamaConfigError(path.string(), "", std::string("invalid JSON: ") + e.what());
-  }
-  return from_json(j, path.string());
+  return from_json(read_config_json<LlamaConfigError>(path, "file"), path.string());
 }
 
 inline nlohmann::json LlamaConfig::to_json() const {

@@ -25,23 +25,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ttmoe/models/config_file.hpp"
 #include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/moe/lora.hpp"
 
 namespace ttmoe::models {
 
 /// An adapter_config.json ttmoe cannot use; what() reads "<file>: field '<field>': <problem>".
-class PeftConfigError : public Error {
+class PeftConfigError : public ConfigFieldError {
  public:
-  PeftConfigError(std::string file, std::string field, const std::string& problem)
-      : Error(file + ": field '" + field + "': " + problem), file_(std::move(file)), field_(std::move(field)) {}
-  /// The config file.
-  const std::string& file() const noexcept { return file_; }
-  /// The offending field.
-  const std::string& field() const noexcept { return field_; }
-
- private:
-  std::string file_, field_;
+  using ConfigFieldError::ConfigFieldError;
 };
 
 /// The LoRA hyper-parameters of a PEFT adapter (the adapter_config.json fields ttmoe uses).
@@ -140,15 +133,7 @@ struct LoraAdapterConfig {
 
   /// Reads `path` (an adapter_config.json).
   static LoraAdapterConfig load(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    if (!in) throw PeftConfigError(path.string(), "", "cannot open the adapter config");
-    nlohmann::ordered_json j;
-    try {
-      j = nlohmann::ordered_json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw PeftConfigError(path.string(), "", std::string("not valid JSON: ") + e.what());
-    }
-    return from_json(j, path.string());
+    return from_json(read_config_json<PeftConfigError, nlohmann::ordered_json>(path, "adapter config"), path.string());
   }
 
   /// The adapter_config.json PEFT's LoraConfig reads (its other fields take PEFT's defaults).

@@ -13,7 +13,7 @@ namespace ttmoe::nn {
 
 /// Multi-head self-attention (timm `Attention`, qkv_bias=True).
 template <class T = float, class D = cpu>
-struct Attention {
+struct Attention : Callable<Attention<T, D>> {
   Linear<T, D> qkv, proj;
   index_t num_heads = 1;
 
@@ -32,14 +32,6 @@ struct Attention {
   template <class S, class R>
   Tensor<T, DynShape<3>, D> forward(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
     return proj(heads(x), residual);
-  }
-  template <class S>
-  auto operator()(const Tensor<T, S, D>& x) const {
-    return forward(x);
-  }
-  template <class S, class R>
-  auto operator()(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
-    return forward(x, residual);
   }
 
   /// The merged heads [B, T, D] before the output projection.

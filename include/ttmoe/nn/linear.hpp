@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "ttmoe/expr/expr.hpp"
+#include "ttmoe/nn/callable.hpp"
 #include "ttmoe/nn/init.hpp"
 #include "ttmoe/ops/linear.hpp"
 
@@ -14,7 +15,7 @@ namespace ttmoe::nn {
 
 /// A fully connected layer; `bias` is undefined when constructed without one.
 template <class T = float, class D = cpu>
-struct Linear {
+struct Linear : Callable<Linear<T, D>> {
   Tensor<T, DynShape<2>, D> weight;  ///< [out, in]
   Tensor<T, DynShape<1>, D> bias;    ///< [out] or undefined
   /// Unmerged low-rank update, off while undefined: y += (x delta_A^T) delta_B^T with delta_A
@@ -51,14 +52,6 @@ struct Linear {
   }
   /// Whether a low-rank update is attached.
   bool has_delta() const { return delta_A.defined(); }
-  template <class S>
-  auto operator()(const Tensor<T, S, D>& x) const {
-    return forward(x);
-  }
-  template <class S, class R>
-  auto operator()(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
-    return forward(x, residual);
-  }
 
   template <class V>
   void visit_parameters(V& v) {

@@ -31,7 +31,7 @@ Tensor<T, S, D> activate(Activation act, const Tensor<T, S, D>& x) {
 
 /// Llama MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.
 template <class T = float, class D = cpu>
-struct SwiGLUMLP {
+struct SwiGLUMLP : Callable<SwiGLUMLP<T, D>> {
   Linear<T, D> gate_proj, up_proj, down_proj;
 
   SwiGLUMLP() = default;
@@ -42,10 +42,6 @@ struct SwiGLUMLP {
   auto forward(const Tensor<T, S, D>& x) const {
     Tensor<T, DynShape<S::rank>, D> h = silu(gate_proj(x)) * up_proj(x);
     return down_proj(h);
-  }
-  template <class S>
-  auto operator()(const Tensor<T, S, D>& x) const {
-    return forward(x);
   }
 
   template <class V>
@@ -58,7 +54,7 @@ struct SwiGLUMLP {
 
 /// timm ViT Mlp: fc2(act(fc1(x))), with biases.
 template <class T = float, class D = cpu>
-struct Mlp {
+struct Mlp : Callable<Mlp<T, D>> {
   Linear<T, D> fc1, fc2;
   Activation act = Activation::gelu;
 
@@ -77,14 +73,6 @@ struct Mlp {
     return visit_activation(act, [&]<class Act>(Act) {
       return fused_mlp<Act>(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, residual);
     });
-  }
-  template <class S>
-  auto operator()(const Tensor<T, S, D>& x) const {
-    return forward(x);
-  }
-  template <class S, class R>
-  auto operator()(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
-    return forward(x, residual);
   }
 
   template <class V>

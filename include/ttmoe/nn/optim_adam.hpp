@@ -11,17 +11,20 @@
 
 namespace ttmoe::nn {
 
+/// Adam's hyper-parameters (torch.optim.Adam's names and defaults).
+struct AdamOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool decoupled = false;  ///< true: AdamW
+};
+
 /// Adam (decoupled = false) or AdamW (decoupled = true).
 template <class T = float, class D = cpu>
-class Adam {
+class Adam : public Optimizer<T, D, AdamOptions> {
  public:
-  struct Options {
-    double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
-    bool decoupled = false;  ///< true: AdamW
-  };
+  using Options = AdamOptions;
 
   Adam(std::vector<ParamRef<T, D>> params, Options opt)
-      : params_(std::move(params)), opt_(opt), m_(params_.size()), v_(params_.size()), t_(params_.size(), 0) {}
+      : Base(std::move(params), opt), m_(params_.size()), v_(params_.size()), t_(params_.size(), 0) {}
 
   /// One update of every parameter that has a gradient.
   void step() {
@@ -54,11 +57,6 @@ class Adam {
     ++steps_;
   }
 
-  /// Clears every parameter's gradient.
-  void zero_grad() {
-    for (auto& p : params_) p.flat.zero_grad();
-  }
-
   /// "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.step" (one element) plus the step count.
   OptimizerState<T> state_dict() const {
     OptimizerState<T> s{steps_, {}};
@@ -88,16 +86,11 @@ class Adam {
     }
   }
 
-  std::int64_t steps() const { return steps_; }
-  Options& options() { return opt_; }
-  const std::vector<ParamRef<T, D>>& params() const { return params_; }
-
  private:
-  std::vector<ParamRef<T, D>> params_;
-  Options opt_;
+  using Base = Optimizer<T, D, AdamOptions>;
+  using Base::opt_, Base::params_, Base::steps_;
   std::vector<detail::FlatBuf<T, D>> m_, v_;
   std::vector<std::int64_t> t_;
-  std::int64_t steps_ = 0;
 };
 
 /// AdamW: Adam with decoupled weight decay (torch default weight_decay 1e-2).

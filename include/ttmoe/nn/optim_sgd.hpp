@@ -8,16 +8,19 @@
 
 namespace ttmoe::nn {
 
+/// SGD's hyper-parameters (torch.optim.SGD's names and defaults, lr aside).
+struct SGDOptions {
+  double lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+
 /// Stochastic gradient descent with optional momentum / weight decay / nesterov.
 template <class T = float, class D = cpu>
-class SGD {
+class SGD : public Optimizer<T, D, SGDOptions> {
  public:
-  struct Options {
-    double lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0;
-    bool nesterov = false;
-  };
+  using Options = SGDOptions;
 
-  SGD(std::vector<ParamRef<T, D>> params, Options opt) : params_(std::move(params)), opt_(opt), buf_(params_.size()) {}
+  SGD(std::vector<ParamRef<T, D>> params, Options opt) : Base(std::move(params), opt), buf_(params_.size()) {}
 
   /// One update of every parameter that has a gradient (parameters without one are skipped).
   void step() {
@@ -46,11 +49,6 @@ class SGD {
     ++steps_;
   }
 
-  /// Clears every parameter's gradient.
-  void zero_grad() {
-    for (auto& p : params_) p.flat.zero_grad();
-  }
-
   /// Momentum buffers as "<param>.momentum_buffer" plus the step count.
   OptimizerState<T> state_dict() const {
     OptimizerState<T> s{steps_, {}};
@@ -67,15 +65,10 @@ class SGD {
     }
   }
 
-  std::int64_t steps() const { return steps_; }
-  Options& options() { return opt_; }
-  const std::vector<ParamRef<T, D>>& params() const { return params_; }
-
  private:
-  std::vector<ParamRef<T, D>> params_;
-  Options opt_;
+  using Base = Optimizer<T, D, SGDOptions>;
+  using Base::opt_, Base::params_, Base::steps_;
   std::vector<detail::FlatBuf<T, D>> buf_;
-  std::int64_t steps_ = 0;
 };
 
 }  // namespace ttmoe::nn

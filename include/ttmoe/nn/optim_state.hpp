@@ -1,6 +1,7 @@
 #pragma once
-// Shared pieces of the optimisers: the parameter list they own and the serialisable state format
-// (named flat host vectors, like torch's optimizer.state_dict() keyed by parameter name).
+// Shared pieces of the optimisers: the parameter list, options and step count they own (Optimizer)
+// and the serialisable state format (named flat host vectors, like torch's optimizer.state_dict()
+// keyed by parameter name).
 
 #include <cstdint>
 #include <stdexcept>
@@ -49,5 +50,26 @@ FlatBuf<T, D> from_host(const std::vector<T>& v, index_t expected, const std::st
   return FlatBuf<T, D>::from_host(Shape<dyn>(expected), std::span<const T>(v));
 }
 }  // namespace detail
+
+/// What every optimiser owns and shows: its parameters, its options and the number of step() calls.
+/// SGD and Adam derive from it and add their update rule and per-parameter buffers.
+template <class T, class D, class Options>
+class Optimizer {
+ public:
+  /// Clears every parameter's gradient.
+  void zero_grad() {
+    for (auto& p : params_) p.flat.zero_grad();
+  }
+  std::int64_t steps() const { return steps_; }
+  Options& options() { return opt_; }
+  const std::vector<ParamRef<T, D>>& params() const { return params_; }
+
+ protected:
+  Optimizer(std::vector<ParamRef<T, D>> params, Options opt) : params_(std::move(params)), opt_(opt) {}
+
+  std::vector<ParamRef<T, D>> params_;
+  Options opt_;
+  std::int64_t steps_ = 0;
+};
 
 }  // namespace ttmoe::nn

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "ttmoe/expr/expr.hpp"
+#include "ttmoe/nn/callable.hpp"
 #include "ttmoe/nn/init.hpp"
 #include "ttmoe/ops/indexing.hpp"
 #include "ttmoe/ops/matmul.hpp"
@@ -14,7 +15,7 @@ namespace ttmoe::nn {
 
 /// Image to patch tokens; output [B, N, D] with patches in row-major grid order.
 template <class T = float, class D = cpu>
-struct PatchEmbed {
+struct PatchEmbed : Callable<PatchEmbed<T, D>> {
   struct Proj {
     Tensor<T, DynShape<4>, D> weight;  ///< [D, C, P, P]
     Tensor<T, DynShape<1>, D> bias;    ///< [D]
@@ -52,10 +53,6 @@ struct PatchEmbed {
     auto w2 = proj.weight.reshape(DynShape<2>(Dm, C * P * P));
     Tensor<T, DynShape<2>, D> y = matmul<false, true>(cols, w2) + proj.bias;
     return y.reshape(DynShape<3>(B, gh * gw, Dm));
-  }
-  template <class S>
-  auto operator()(const Tensor<T, S, D>& x) const {
-    return forward(x);
   }
 
   template <class V>

@@ -26,6 +26,19 @@ void check_indices(const IndexTensor<S, D>& idx, index_t bound, const char* op) 
       throw ValueError(std::string(op) + ": index " + std::to_string(v[i]) + " at position " + std::to_string(i) +
                        " is outside [0, " + std::to_string(bound) + ")");
 }
+/// Checks an index along axis A of `data` (gather, scatter_add): the index has data's extents on every
+/// other axis and its values lie in [0, data's extent along A). The error names the op, the data's
+/// role in it and the axis ("gather: input [..] and index [..] differ outside the gather axis").
+template <std::size_t A, class TD, class SI, class D>
+void check_axis_index(const TD& data, const IndexTensor<SI, D>& idx, const char* op, const char* data_role,
+                      const char* axis_role) {
+  const auto ed = data.extents(), ei = idx.extents();
+  for (std::size_t d = 0; d < ed.size(); ++d)
+    if (d != A && ed[d] != ei[d])
+      throw ShapeError(std::string(op) + ": " + data_role + " " + data.shape().to_string() + " and index " +
+                       idx.shape().to_string() + " differ outside the " + axis_role + " axis");
+  check_indices(idx, ed[A], op);
+}
 }  // namespace detail
 
 /// Repeats each index `row` times (index per element of a row) — the layout gather_axis reads.
@@ -66,12 +79,8 @@ template <int Axis, class T, ShapeType S, class D, ShapeType SI>
 auto gather(const Tensor<T, S, D>& x, const IndexTensor<SI, D>& idx) {
   static_assert(SI::rank == S::rank, "ttmoe: gather needs an index tensor of the input's rank");
   constexpr std::size_t A = axis_v<Axis, S::rank>;
+  detail::check_axis_index<A>(x, idx, "gather", "input", "gather");
   const auto ex = x.extents(), ei = idx.extents();
-  for (std::size_t d = 0; d < S::rank; ++d)
-    if (d != A && ex[d] != ei[d])
-      throw ShapeError("gather: input " + x.shape().to_string() + " and index " + idx.shape().to_string() +
-                       " differ outside the gather axis");
-  detail::check_indices(idx, ex[A], "gather");
   Tensor<T, SI, D> out(idx.shape());
   const index_t outer = extent_product(ex, 0, A), inner = extent_product(ex, A + 1, S::rank);
   const index_t n = ex[A], m = ei[A];
@@ -91,11 +100,7 @@ auto scatter_add(const Tensor<T, S, D>& base, const IndexTensor<SI, D>& idx, con
   constexpr std::size_t A = axis_v<Axis, S::rank>;
   const auto eb = base.extents(), ei = idx.extents();
   if (src.extents() != ei) throw ShapeError("scatter_add: index " + idx.shape().to_string() + " and source " + src.shape().to_string() + " differ");
-  for (std::size_t d = 0; d < S::rank; ++d)
-    if (d != A && eb[d] != ei[d])
-      throw ShapeError("scatter_add: base " + base.shape().to_string() + " and index " + idx.shape().to_string() +
-                       " differ outside the scatter axis");
-  detail::check_indices(idx, eb[A], "scatter_add");
+  detail::check_axis_index<A>(base, idx, "scatter_add", "base", "scatter");
   Tensor<T, S, D> out(base.shape());
   D::template copy<T>(out.data(), base.data(), base.numel());
   const index_t outer = extent_product(eb, 0, A), inner = extent_product(eb, A + 1, S::rank);

@@ -32,26 +32,43 @@ auto reduced_shape(const S& s) {
 }
 }  // namespace detail
 
+namespace detail {
+/// The frame every reduction to a smaller shape shares: evaluates the operand, allocates the output
+/// with Axis reduced (kept as 1 with KeepDim), runs `forward(x, out, v)` on x's [outer, n, inner]
+/// view `v` and, when x needs a gradient, records under `name` the VJP that `make_vjp(x, out, v)`
+/// returns (called only then, so it may capture x's gradient metadata).
+template <int Axis, bool KeepDim, class X, class Forward, class MakeVjp>
+auto reduce_along(const X& xin, const char* name, Forward&& forward, MakeVjp&& make_vjp) {
+  auto x = eval(xin);
+  using TX = std::remove_cvref_t<decltype(x)>;
+  constexpr std::size_t A = axis_v<Axis, TX::rank>;
+  const auto v = axis_view<A>(x.extents());
+  Tensor<typename TX::value_type, reduced_shape_t<A, KeepDim, typename TX::shape_type>, typename TX::device_type> out(
+      reduced_shape<A, KeepDim>(x.shape()));
+  forward(x, out, v);
+  if (should_record(x)) record(name, out, make_vjp(x, out, v));
+  return out;
+}
+/// The backend of an operand's device.
+template <class X>
+using backend_of = Backend<typename std::remove_cvref_t<X>::device_type>;
+}  // namespace detail
+
 /// Sum along Axis (scaled by `scale`, used by mean).
 template <int Axis, bool KeepDim = false, class X>
   requires expr::Operand<X>
-auto sum(const X& xin, typename std::remove_cvref_t<X>::value_type scale = 1) {
-  auto x = eval(xin);
-  using TX = std::remove_cvref_t<decltype(x)>;
-  using T = typename TX::value_type;
-  using D = typename TX::device_type;
-  constexpr std::size_t A = axis_v<Axis, TX::rank>;
-  const auto v = detail::axis_view<A>(x.extents());
-  using SO = detail::reduced_shape_t<A, KeepDim, typename TX::shape_type>;
-  Tensor<T, SO, D> out(detail::reduced_shape<A, KeepDim>(x.shape()));
-  Backend<D>::reduce_sum(x.data(), out.data(), v[0], v[1], v[2], scale);
-  if (should_record(x)) {
-    auto m = x.meta();
-    record("sum", out, [m, v, scale](const T* g) {
-      Backend<D>::broadcast_add_axis(m->accumulate_target(), g, v[0], v[1], v[2], scale);
-    });
-  }
-  return out;
+auto sum(const X& xin, expr::operand_value_t<X> scale = 1) {
+  using B = detail::backend_of<X>;
+  return detail::reduce_along<Axis, KeepDim>(
+      xin, "sum",
+      [scale](const auto& x, auto& out, const auto& v) {
+        B::reduce_sum(x.data(), out.data(), v[0], v[1], v[2], scale);
+      },
+      [scale](const auto& x, const auto&, const auto& v) {
+        return [m = x.meta(), v, scale](const auto* g) {
+          B::broadcast_add_axis(m->accumulate_target(), g, v[0], v[1], v[2], scale);
+        };
+      });
 }
 
 /// Mean along Axis.
@@ -136,46 +153,34 @@ auto argmin(const X& x) {
 template <int Axis, bool KeepDim = false, class X>
   requires expr::Operand<X>
 auto variance(const X& xin, index_t ddof = 0) {
-  auto x = eval(xin);
-  using TX = std::remove_cvref_t<decltype(x)>;
-  using T = typename TX::value_type;
-  using D = typename TX::device_type;
-  constexpr std::size_t A = axis_v<Axis, TX::rank>;
-  const auto v = detail::axis_view<A>(x.extents());
-  if (v[1] <= ddof)
-    throw ValueError("variance: axis of length " + std::to_string(v[1]) + " with ddof " + std::to_string(ddof));
-  using SO = detail::reduced_shape_t<A, KeepDim, typename TX::shape_type>;
-  Tensor<T, SO, D> out(detail::reduced_shape<A, KeepDim>(x.shape()));
-  Backend<D>::reduce_variance(x.data(), out.data(), v[0], v[1], v[2], ddof);
-  if (should_record(x)) {
-    auto m = x.meta();
-    record("variance", out, [m, v, x, ddof](const T* g) {
-      Backend<D>::variance_backward(x.data(), g, m->accumulate_target(), v[0], v[1], v[2], ddof);
-    });
-  }
-  return out;
+  using B = detail::backend_of<X>;
+  return detail::reduce_along<Axis, KeepDim>(
+      xin, "variance",
+      [ddof](const auto& x, auto& out, const auto& v) {
+        if (v[1] <= ddof)
+          throw ValueError("variance: axis of length " + std::to_string(v[1]) + " with ddof " + std::to_string(ddof));
+        B::reduce_variance(x.data(), out.data(), v[0], v[1], v[2], ddof);
+      },
+      [ddof](const auto& x, const auto&, const auto& v) {
+        return [m = x.meta(), v, x, ddof](const auto* g) {
+          B::variance_backward(x.data(), g, m->accumulate_target(), v[0], v[1], v[2], ddof);
+        };
+      });
 }
 
 /// log(sum(exp(x))) along Axis, computed stably.
 template <int Axis, bool KeepDim = false, class X>
   requires expr::Operand<X>
 auto logsumexp(const X& xin) {
-  auto x = eval(xin);
-  using TX = std::remove_cvref_t<decltype(x)>;
-  using T = typename TX::value_type;
-  using D = typename TX::device_type;
-  constexpr std::size_t A = axis_v<Axis, TX::rank>;
-  const auto v = detail::axis_view<A>(x.extents());
-  using SO = detail::reduced_shape_t<A, KeepDim, typename TX::shape_type>;
-  Tensor<T, SO, D> out(detail::reduced_shape<A, KeepDim>(x.shape()));
-  Backend<D>::logsumexp(x.data(), out.data(), v[0], v[1], v[2]);
-  if (should_record(x)) {
-    auto m = x.meta();
-    record("logsumexp", out, [m, v, x, out_saved = out.detach()](const T* g) {
-      Backend<D>::logsumexp_backward(x.data(), out_saved.data(), g, m->accumulate_target(), v[0], v[1], v[2]);
-    });
-  }
-  return out;
+  using B = detail::backend_of<X>;
+  return detail::reduce_along<Axis, KeepDim>(
+      xin, "logsumexp",
+      [](const auto& x, auto& out, const auto& v) { B::logsumexp(x.data(), out.data(), v[0], v[1], v[2]); },
+      [](const auto& x, const auto& out, const auto& v) {
+        return [m = x.meta(), v, x, out_saved = out.detach()](const auto* g) {
+          B::logsumexp_backward(x.data(), out_saved.data(), g, m->accumulate_target(), v[0], v[1], v[2]);
+        };
+      });
 }
 
 namespace detail {

@@ -4,6 +4,7 @@
 // batches with a scalar tail.
 
 #include <array>
+#include <utility>
 
 #include "ttmoe/simd/math.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
@@ -43,6 +44,20 @@ void for_rows(K& k, const std::array<index_t, R>& ext, index_t b, index_t e, Bod
   }
   }
 }
+
+// Runs `body(kernel, j_begin, j_end, out_offset_of_row)` over every output position of `ext`: the
+// dimensions coalesced, the positions split into one contiguous range per thread, each thread
+// walking its range row by row with its own copy of the kernel (kernels hold per-row state).
+template <std::size_t R, class K, class Body>
+void parallel_rows(K kernel, std::array<index_t, R> ext, Body&& body) {
+  expr::coalesce(ext, kernel);
+  index_t n = 1;
+  for (auto x : ext) n *= x;
+  parallel_for(n, kElementwiseGrain, [&](index_t b, index_t e) {
+    K k = kernel;
+    for_rows<R>(k, ext, b, e, body);
+  });
+}
 }  // namespace detail
 
 /// Fused elementwise execution and the small buffer primitives views need.
@@ -50,19 +65,13 @@ struct ElementwiseKernels {
   /// out[i] = kernel value at output position i, for every i of `ext`.
   template <class T, std::size_t R, class K>
   static void evaluate(K kernel, T* out, std::array<index_t, R> ext) {
-    expr::coalesce(ext, kernel);
-    index_t n = 1;
-    for (auto x : ext) n *= x;
-    parallel_for(n, kElementwiseGrain, [&](index_t b, index_t e) {
-      K k = kernel;
-      detail::for_rows<R>(k, ext, b, e, [&](K& kk, index_t j0, index_t j1, index_t off) {
-        using B = batch<T>;
-        constexpr index_t W = B::size;
-        T* o = out + off;
-        index_t j = j0;
-        for (; j + W <= j1; j += W) vm::store(o + j, kk.template eval<B>(j));
-        for (; j < j1; ++j) o[j] = kk.template eval<T>(j);
-      });
+    detail::parallel_rows<R>(std::move(kernel), ext, [&](K& kk, index_t j0, index_t j1, index_t off) {
+      using B = batch<T>;
+      constexpr index_t W = B::size;
+      T* o = out + off;
+      index_t j = j0;
+      for (; j + W <= j1; j += W) vm::store(o + j, kk.template eval<B>(j));
+      for (; j < j1; ++j) o[j] = kk.template eval<T>(j);
     });
   }
 
@@ -70,27 +79,21 @@ struct ElementwiseKernels {
   /// into the sinks of the leaves that need a gradient.
   template <class T, std::size_t R, class K>
   static void evaluate_backward(K kernel, const T* grad_out, std::array<index_t, R> ext) {
-    expr::coalesce(ext, kernel);
-    index_t n = 1;
-    for (auto x : ext) n *= x;
-    parallel_for(n, kElementwiseGrain, [&](index_t b, index_t e) {
-      K k = kernel;
-      detail::for_rows<R>(k, ext, b, e, [&](K& kk, index_t j0, index_t j1, index_t off) {
-        using B = batch<T>;
-        constexpr index_t W = B::size;
-        const T* g = grad_out + off;
-        index_t j = j0;
-        for (; j + W <= j1; j += W) {
-          typename K::template Cache<B> c;
-          kk.template fwd<B>(j, c);
-          kk.template bwd<B>(j, c, vm::load<B>(g + j));
-        }
-        for (; j < j1; ++j) {
-          typename K::template Cache<T> c;
-          kk.template fwd<T>(j, c);
-          kk.template bwd<T>(j, c, g[j]);
-        }
-      });
+    detail::parallel_rows<R>(std::move(kernel), ext, [&](K& kk, index_t j0, index_t j1, index_t off) {
+      using B = batch<T>;
+      constexpr index_t W = B::size;
+      const T* g = grad_out + off;
+      index_t j = j0;
+      for (; j + W <= j1; j += W) {
+        typename K::template Cache<B> c;
+        kk.template fwd<B>(j, c);
+        kk.template bwd<B>(j, c, vm::load<B>(g + j));
+      }
+      for (; j < j1; ++j) {
+        typename K::template Cache<T> c;
+        kk.template fwd<T>(j, c);
+        kk.template bwd<T>(j, c, g[j]);
+      }
     });
   }
 

@@ -45,26 +45,15 @@ struct DeviceRaw {
 }  // namespace cuda_backend
 
 /// An NVIDIA GPU (the current CUDA device).
-struct cuda {
+struct cuda : cuda_backend::PooledMemory<cuda_backend::DeviceRaw> {
   static constexpr const char* name = "cuda";
   static constexpr bool host_accessible = false;
-  using temp_allocator = cuda_backend::PoolTempAllocator<cuda_backend::DeviceRaw>;
 
-  static auto& memory_pool() { return cuda_backend::pool<cuda_backend::DeviceRaw>(); }
-  /// Gives the pool's cached, unused blocks back to the allocator (as torch.cuda.empty_cache).
-  static void empty_cache() { memory_pool().release_cached(); }
   /// thrust policy: ttmoe's stream, scratch from the pool, no synchronisation after each algorithm.
   static auto policy(temp_allocator& a) { return thrust::cuda::par_nosync(a).on(cuda_backend::stream()); }
   static cudaStream_t stream() { return cuda_backend::stream(); }
 
-  template <class T>
-  static T* allocate(index_t n) {
-    return static_cast<T*>(memory_pool().allocate(n * sizeof(T)));
-  }
-  template <class T>
-  static void deallocate(T* p, index_t) noexcept {
-    memory_pool().deallocate(p);
-  }
+  /// Queues a copy within GPU memory.
   template <class T>
   static void copy(T* dst, const T* src, index_t n) {
     if (n)
@@ -74,24 +63,27 @@ struct cuda {
   /// Synchronous with respect to the host buffer (it may be freed right after).
   template <class T>
   static void copy_from_host(T* dst, const T* src, index_t n) {
-    if (!n) return;
-    cuda_backend::check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, stream()),
-                        "cudaMemcpyAsync H2D");
-    synchronize();
+    blocking_copy(dst, src, n, cudaMemcpyHostToDevice, "cudaMemcpyAsync H2D");
   }
   /// Waits for queued work, then copies.
   template <class T>
   static void copy_to_host(T* dst, const T* src, index_t n) {
-    if (!n) return;
-    cuda_backend::check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, stream()),
-                        "cudaMemcpyAsync D2H");
-    synchronize();
+    blocking_copy(dst, src, n, cudaMemcpyDeviceToHost, "cudaMemcpyAsync D2H");
   }
   template <class T>
   static void fill_zero(T* dst, index_t n) {
     if (n) cuda_backend::check(cudaMemsetAsync(dst, 0, n * sizeof(T), stream()), "cudaMemsetAsync");
   }
   static void synchronize() { cuda_backend::check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
+
+ private:
+  // A host transfer queued in stream order, then waited for: the host buffer is free on return.
+  template <class T>
+  static void blocking_copy(T* dst, const T* src, index_t n, cudaMemcpyKind kind, const char* what) {
+    if (!n) return;
+    cuda_backend::check(cudaMemcpyAsync(dst, src, n * sizeof(T), kind, stream()), what);
+    synchronize();
+  }
 };
 static_assert(Device<cuda>);
 

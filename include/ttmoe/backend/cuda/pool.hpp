@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "ttmoe/core/caching_pool.hpp"
+#include "ttmoe/core/config.hpp"
 
 namespace ttmoe::cuda_backend {
 
@@ -20,6 +21,27 @@ struct PoolTempAllocator {
   using value_type = char;
   char* allocate(std::ptrdiff_t n) { return static_cast<char*>(pool<Raw>().allocate(static_cast<std::size_t>(n))); }
   void deallocate(char* p, std::size_t) { pool<Raw>().deallocate(p); }
+};
+
+/// The memory half of a device whose buffers come from the caching pool over `Raw` (cuda, and the
+/// thrust host devices): one pool per raw allocator, thrust scratch drawn from the same pool.
+template <class Raw>
+struct PooledMemory {
+  using temp_allocator = PoolTempAllocator<Raw>;
+
+  static auto& memory_pool() { return pool<Raw>(); }
+  /// Gives the pool's cached, unused blocks back to the allocator (as torch.cuda.empty_cache).
+  static void empty_cache() { memory_pool().release_cached(); }
+  /// Uninitialised storage for n objects of T (n may be 0).
+  template <class T>
+  static T* allocate(index_t n) {
+    return static_cast<T*>(memory_pool().allocate(n * sizeof(T)));
+  }
+  /// Returns storage from allocate() to the pool.
+  template <class T>
+  static void deallocate(T* p, index_t) noexcept {
+    memory_pool().deallocate(p);
+  }
 };
 
 }  // namespace ttmoe::cuda_backend

@@ -38,39 +38,23 @@ struct CppSystem {
 /// Host memory driven through one of thrust's host systems (`System::policy`): the CUDA backend's
 /// logic without a GPU.
 template <class System>
-struct basic_thrust_host {
+struct basic_thrust_host : cuda_backend::PooledMemory<cuda_backend::HostRaw>,
+                           HostMemoryTransfers<basic_thrust_host<System>> {
   static constexpr const char* name = System::name;
   // Its memory is host memory, but it declares itself not host-accessible like `cuda`, so code that
   // would only work on the host fails to compile in the thrust tests too.
   static constexpr bool host_accessible = false;
-  using temp_allocator = cuda_backend::PoolTempAllocator<cuda_backend::HostRaw>;
 
-  static auto& memory_pool() { return cuda_backend::pool<cuda_backend::HostRaw>(); }
-  /// Gives the pool's cached, unused blocks back to the allocator (as torch.cuda.empty_cache).
-  static void empty_cache() { memory_pool().release_cached(); }
+  /// thrust policy of the host system, scratch from the pool.
   static auto policy(temp_allocator& a) { return System::policy(a); }
 
-  template <class T>
-  static T* allocate(index_t n) {
-    return static_cast<T*>(memory_pool().allocate(n * sizeof(T)));
-  }
-  template <class T>
-  static void deallocate(T* p, index_t) noexcept {
-    memory_pool().deallocate(p);
-  }
+  /// Copies n objects within this device's memory through the host system.
   template <class T>
   static void copy(T* dst, const T* src, index_t n) {
     temp_allocator a;
     if (n) thrust::copy(policy(a), src, src + n, dst);
   }
-  template <class T>
-  static void copy_from_host(T* dst, const T* src, index_t n) {
-    copy(dst, src, n);
-  }
-  template <class T>
-  static void copy_to_host(T* dst, const T* src, index_t n) {
-    copy(dst, src, n);
-  }
+  /// Sets n objects to zero.
   template <class T>
   static void fill_zero(T* dst, index_t n) {
     temp_allocator a;
