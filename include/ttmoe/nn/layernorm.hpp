@@ -4,6 +4,7 @@
 // "layer_norm"), the spelling a PyTorch user expects. The grouped form, where rows share per-group
 // affine parameters (MoE-LayerNorm), is ttmoe::layer_norm_rows in ops/.
 
+#include "ttmoe/nn/callable.hpp"
 #include "ttmoe/ops/layer_norm.hpp"
 
 namespace ttmoe::nn {
@@ -23,7 +24,7 @@ Tensor<T, S, D> layer_norm(const Tensor<T, S, D>& x, const Tensor<T, SW, D>& wei
 /// nn.LayerNorm(dim, eps) with elementwise affine (weight 1, bias 0 at init). eps defaults to 1e-6
 /// (timm ViT), not torch's 1e-5.
 template <class T = float, class D = cpu>
-struct LayerNorm {
+struct LayerNorm : Callable<LayerNorm<T, D>> {
   Tensor<T, DynShape<1>, D> weight;
   Tensor<T, DynShape<1>, D> bias;
   T eps = T(1e-6);
@@ -41,10 +42,6 @@ struct LayerNorm {
   template <class S>
   Tensor<T, S, D> forward(const Tensor<T, S, D>& x) const {
     return layer_norm(x, weight, bias, eps);
-  }
-  template <class S>
-  auto operator()(const Tensor<T, S, D>& x) const {
-    return forward(x);
   }
 
   template <class V>

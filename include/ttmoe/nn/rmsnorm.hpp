@@ -2,6 +2,7 @@
 // RMSNorm, Llama convention: weight * (x * rsqrt(mean(x^2) + eps)), computed in the input dtype.
 
 #include "ttmoe/expr/expr.hpp"
+#include "ttmoe/nn/callable.hpp"
 #include "ttmoe/ops/reduce.hpp"
 
 namespace ttmoe::nn {
@@ -16,7 +17,7 @@ Tensor<T, DynShape<S::rank>, D> rms_norm(const Tensor<T, S, D>& x, const Tensor<
 
 /// LlamaRMSNorm(dim, eps); weight initialised to 1.
 template <class T = float, class D = cpu>
-struct RMSNorm {
+struct RMSNorm : Callable<RMSNorm<T, D>> {
   Tensor<T, DynShape<1>, D> weight;
   T eps = T(1e-6);
 
@@ -29,10 +30,6 @@ struct RMSNorm {
   template <class S>
   auto forward(const Tensor<T, S, D>& x) const {
     return rms_norm(x, weight, eps);
-  }
-  template <class S>
-  auto operator()(const Tensor<T, S, D>& x) const {
-    return forward(x);
   }
 
   template <class V>
