@@ -125,7 +125,12 @@ LoopResult train(Model& model, Optimizer& opt, NextBatch&& next, LossFn&& loss_o
       autograd::Tape tape;
       auto loss = loss_of(model, batch);
       const double value = double(loss.item());
-      if (!std::isfinite(value)) throw NonFiniteLoss(step, micro, value);
+      if (!std::isfinite(value)) {
+        // Earlier micro-batches of this step have already added their gradients: clear them, so a
+        // caller that catches this and carries on (a lower rate, other data) starts from clean grads.
+        opt.zero_grad();
+        throw NonFiniteLoss(step, micro, value);
+      }
       sum += value;
       using T = typename decltype(loss)::value_type;
       if (o.accumulation == 1)  // no scaling node: one micro-batch is exactly a plain step
