@@ -10,6 +10,13 @@ saves, under <out>/<case>/:
                           (unmerged, PeftModel forward), and both at once with scales 0.7 / -0.4
                           (PEFT's weighted combination: both adapters active, each layer's scaling
                           multiplied by its weight)
+  train/                  LoRA training by PEFT + torch.optim.AdamW, which ttmoe's train_lora must
+                          repeat: init/ (the adapter before training, A and B random), and
+                          reference.safetensors with the micro-batches (ids_k [2, 9], labels_k with
+                          -100 on each row's prompt and padding), the loss of each micro-batch, the
+                          gradients of step 0 ("grad.<name>") and the factors after TRAIN["steps"]
+                          steps ("final.<name>"), names as ttmoe's PeftAdapter parameters
+                          (model.layers.0.self_attn.q_proj.lora_A.weight)
 Every lora_B is random and non-zero (PEFT's default zero B would make the adapter invisible).
 
 With --check DIR it runs the other direction instead: DIR holds an adapter written by ttmoe
@@ -46,6 +53,10 @@ ADAPTERS = {
                     rank_pattern={"v_proj": 2, "layers.1.mlp.down_proj": 6}, alpha_pattern={"up_proj": 3}),
 }
 SCALES = {"lora_plain": 0.7, "lora_rs": -0.4}
+# One LoRA training run: rank 4 on all seven projections, AdamW (a rate far above the TTMM 2e-4 so
+# that two steps move the factors well past float rounding), two micro-batches per step.
+TRAIN = dict(r=4, lora_alpha=8, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, steps=2,
+             accumulation=2)
 CASES = {
     "peft_llama": ("llama", dict(llm_reference.BASE, rope_theta=10000.0, tie_word_embeddings=False)),
     "peft_qwen2": ("qwen2", dict(llm_reference.BASE, rope_theta=1000000.0, num_key_value_heads=1,
@@ -106,6 +117,57 @@ def make_case(folder, kind, cfg, seed):
     save_file({k: v.contiguous() for k, v in refs.items()}, os.path.join(folder, "reference.safetensors"))
 
 
+def peft_param_name(name):
+    """PEFT's parameter name -> ttmoe's PeftAdapter name (no base_model.model. prefix, no adapter name)."""
+    return name.removeprefix("base_model.model.").replace(".default.", ".")
+
+
+def make_training_case(folder, kind, cfg, seed):
+    """PEFT + torch AdamW train an adapter for TRAIN["steps"] steps on masked micro-batches."""
+    base = llm_reference.make_model(kind, cfg, seed)
+    model = peft.get_peft_model(base, peft.LoraConfig(task_type="CAUSAL_LM", r=TRAIN["r"],
+                                                      lora_alpha=TRAIN["lora_alpha"], target_modules=PROJ))
+    randomize_lora(model, "default", seed + 200)
+    model.save_pretrained(os.path.join(folder, "init"))
+    gen = torch.Generator().manual_seed(seed + 201)
+    refs = {}
+    micro = TRAIN["steps"] * TRAIN["accumulation"]
+    for k in range(micro):
+        ids = torch.randint(3, cfg["vocab_size"], (2, 9), generator=gen)
+        labels = ids.clone()
+        labels[0, :3] = -100              # row 0: a 3-token prompt, not scored
+        ids[1, 6:] = 0                    # row 1: 6 tokens, right-padded with id 0
+        labels[1, :2] = -100
+        labels[1, 6:] = -100
+        refs[f"ids_{k}"], refs[f"labels_{k}"] = ids, labels
+    params = [p for p in model.parameters() if p.requires_grad]
+    assert all("lora_" in n for n, p in model.named_parameters() if p.requires_grad)
+    opt = torch.optim.AdamW(params, lr=TRAIN["lr"], betas=TRAIN["betas"], eps=TRAIN["eps"],
+                            weight_decay=TRAIN["weight_decay"])
+    model.train()
+    losses = []
+    for step in range(TRAIN["steps"]):
+        for m in range(TRAIN["accumulation"]):
+            k = step * TRAIN["accumulation"] + m
+            loss = model(input_ids=refs[f"ids_{k}"], labels=refs[f"labels_{k}"]).loss
+            losses.append(loss.item())
+            (loss / TRAIN["accumulation"]).backward()
+        if step == 0:
+            for n, p in model.named_parameters():
+                if p.requires_grad:
+                    refs["grad." + peft_param_name(n)] = p.grad.detach().clone()
+        opt.step()
+        opt.zero_grad()
+    for n, p in model.named_parameters():
+        if p.requires_grad:
+            refs["final." + peft_param_name(n)] = p.detach().clone()
+    refs["losses"] = torch.tensor(losses, dtype=torch.float64)
+    refs["hyper"] = torch.tensor([TRAIN["lr"], TRAIN["betas"][0], TRAIN["betas"][1], TRAIN["eps"],
+                                  TRAIN["weight_decay"], TRAIN["steps"], TRAIN["accumulation"]],
+                                 dtype=torch.float64)
+    save_file({k: v.contiguous() for k, v in refs.items()}, os.path.join(folder, "reference.safetensors"))
+
+
 def check(folder):
     """Loads a ttmoe-written adapter with PEFT and writes PEFT's logits."""
     base_dir = open(os.path.join(folder, "base_model.txt")).read().strip()
@@ -144,13 +206,14 @@ def main():
         script_hash = hashlib.sha256(f.read()).hexdigest()
     for i, (name, (kind, cfg)) in enumerate(CASES.items()):
         folder = os.path.join(args.out, name)
-        spec = json.dumps([kind, cfg, ADAPTERS, SCALES, transformers.__version__, peft.__version__, script_hash],
+        spec = json.dumps([kind, cfg, ADAPTERS, SCALES, TRAIN, transformers.__version__, peft.__version__, script_hash],
                           sort_keys=True)
         stamp = os.path.join(folder, "reference.safetensors")
         if os.path.exists(stamp) and open(os.path.join(folder, "case.json")).read() == spec:
             continue  # already generated from the same spec
         os.makedirs(folder, exist_ok=True)
         make_case(folder, kind, cfg, seed=300 + i)
+        make_training_case(os.path.join(folder, "train"), kind, cfg, seed=300 + i)
         with open(os.path.join(folder, "case.json"), "w") as f:
             f.write(spec)
         print(f"{name}: {sorted(os.listdir(folder))}")

@@ -12,13 +12,16 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "parity.hpp"
 #include "ttmoe/models/llm.hpp"
+#include "ttmoe/training/llama_lora.hpp"
 
 using namespace ttmoe;
 namespace fs = std::filesystem;
@@ -226,6 +229,27 @@ void check_peft_case(const std::string& name) {
   CHECK(base_err <= 1e-4);
 }
 
+/// Saves `a` with save_peft_adapter, has PEFT load it on `base_dir` (peft_reference.py --check) and
+/// returns PEFT's logits of the ids "ids" of `ref`; `tag` names the temporary folder.
+Tensor<float, DynShape<3>> peft_logits_of_saved(models::PeftAdapter<float>& a, const fs::path& base_dir,
+                                                const io::SafetensorsFile& ref, const std::string& tag) {
+  const fs::path out = fs::temp_directory_path() / ("ttmoe_peft_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  models::save_peft_adapter(a, out);
+  const auto ids = ints(ref, "ids");
+  io::SafetensorsWriter w;
+  w.add("ids", std::span<const std::int64_t>(ids), {2, 9});
+  w.write(out / "ids.safetensors");
+  std::ofstream(out / "base_model.txt") << base_dir.string() << "\n";
+  const std::string cmd = std::string("'") + TTMOE_REF_PYTHON_EXE + "' '" + TTMOE_SOURCE_DIR +
+                          "/tests/models/peft_reference.py' --check '" + out.string() + "'";
+  INFO(tag << ": " << cmd);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  auto logits = test::read_tensor<3, float>(io::SafetensorsFile(out / "peft_logits.safetensors"), "logits");
+  fs::remove_all(out);
+  return logits;
+}
+
 }  // namespace
 
 TEST_CASE("peft parity: Llama with PEFT adapters, unmerged, merged and combined", "[llm][parity][peft]") {
@@ -255,25 +279,96 @@ TEST_CASE("peft parity: an adapter made and saved by ttmoe loads in PEFT with th
       for (auto& x : v) x = nd(rng) / std::sqrt(float(f.rank()));
       f.lora_B.weight = Tensor<float, DynShape<2>>::from_host(DynShape<2>(f.lora_B.weight.extent(0), f.rank()), v);
     }
-    const fs::path out = fs::temp_directory_path() / ("ttmoe_peft_save_" + std::string(name) + "_" + std::to_string(::getpid()));
-    fs::remove_all(out);
-    models::save_peft_adapter(a, out);
     io::SafetensorsFile ref(case_dir(name) / "reference.safetensors");
-    const auto ids = ints(ref, "ids");
-    io::SafetensorsWriter w;
-    w.add("ids", std::span<const std::int64_t>(ids), {2, 9});
-    w.write(out / "ids.safetensors");
-    std::ofstream(out / "base_model.txt") << base_dir.string() << "\n";
-    const std::string cmd = std::string("'") + TTMOE_REF_PYTHON_EXE + "' '" + TTMOE_SOURCE_DIR +
-                            "/tests/models/peft_reference.py' --check '" + out.string() + "'";
-    INFO(name << ": " << cmd);
-    REQUIRE(std::system(cmd.c_str()) == 0);
-    const auto peft_logits = test::read_tensor<3, float>(io::SafetensorsFile(out / "peft_logits.safetensors"), "logits");
+    const auto peft_logits = peft_logits_of_saved(a, base_dir, ref, "save_" + std::string(name));
     CHECK(test::normwise_rel_error(m.forward(ids2(ref, "ids")), peft_logits) > 0.05);  // the adapter matters
     models::AttachedAdapters<float> on(m, {{&a, 1.0}}, models::LoraMode::unmerged);
     const double err = test::normwise_rel_error(m.forward(ids2(ref, "ids")), peft_logits);
     INFO(name << ": ttmoe logits vs PEFT's on the ttmoe-saved adapter, normwise relative error " << err);
     CHECK(err <= 1e-4);
-    fs::remove_all(out);
+  }
+}
+
+// ---- LoRA training (training/llama_lora.hpp) against PEFT + torch.optim.AdamW (peft_reference.py's
+// train/ case): the same adapter, micro-batches with prompts and padding masked out, two AdamW steps
+// of two micro-batches. Each micro-batch's loss and step 0's accumulated gradients must match, then
+// the factors' change after both steps (the first Adam step is nearly lr * sign(g), the second
+// depends on the gradients' sizes); the trained adapter, saved, loads in PEFT with the same logits.
+TEST_CASE("lora training parity: train_lora repeats PEFT + torch AdamW", "[llm][parity][peft][train]") {
+  for (const char* name : {"peft_llama", "peft_qwen2"}) {
+    const fs::path dir = case_dir(name) / "train";
+    io::SafetensorsFile ref(dir / "reference.safetensors");
+    auto m = models::load_llama<float>(case_dir(name) / "base");
+    auto a = models::load_peft_adapter(dir / "init", m);
+    std::map<std::string, std::vector<float>> before;
+    for (const auto& p : nn::named_parameters<float>(a)) before[p.name] = p.flat.to_vector();
+    const auto hyper = test::read_tensor<1, double>(ref, "hyper").to_vector();
+    const auto losses = test::read_tensor<1, double>(ref, "losses").to_vector();
+    const std::size_t steps = std::size_t(hyper[5]), accumulation = std::size_t(hyper[6]);
+    std::vector<models::CausalLMBatch<>> batches;
+    for (std::size_t k = 0; k < steps * accumulation; ++k)
+      batches.push_back({ids2(ref, "ids_" + std::to_string(k)), ints(ref, "labels_" + std::to_string(k))});
+    CHECK(batches[0].scored_tokens() == 6 + 4);  // row 0: positions 3..8 (prompt 0..2); row 1: 2..5 (then padding)
+
+    {  // Step 0 by hand: losses and accumulated gradients.
+      training::LoraTrainingAttachment<float, cpu> attach(m, a);
+      for (std::size_t k = 0; k < accumulation; ++k) {
+        autograd::Tape tape;
+        attach.bind();
+        auto loss = models::causal_lm_loss(m, batches[k]);
+        CHECK(double(loss.item()) == Approx(losses[k]).epsilon(1e-5));
+        autograd::backward(tape, decltype(loss)(loss * float(1.0 / double(accumulation))));
+      }
+      for (const auto& p : nn::named_parameters<float>(a)) {  // now trainable: views share the gradients
+        INFO(name << ": gradient of " << p.name);
+        REQUIRE(p.flat.grad().defined());
+        const auto want = test::read_tensor<2, float>(ref, "grad." + p.name);
+        const double err = test::normwise_rel_error(p.flat.grad().reshape(want.shape()), want);
+        INFO("normwise relative error " << err);
+        CHECK(err <= 1e-4);
+        p.flat.zero_grad();
+      }
+      // The base stays frozen: no base parameter is trainable while attached.
+      CHECK(nn::trainable_parameters<float>(m).empty());
+    }
+    const auto trainable_before = nn::trainable_parameters<float>(m).size();
+
+    training::LoraTrainOptions o;
+    o.adam.lr = hyper[0];
+    o.adam.beta1 = hyper[1];
+    o.adam.beta2 = hyper[2];
+    o.adam.eps = hyper[3];
+    o.adam.weight_decay = hyper[4];
+    o.loop.total_steps = steps;
+    o.loop.accumulation = accumulation;
+    std::vector<double> step_losses;
+    o.loop.progress = [&](const training::StepReport& r) { step_losses.push_back(r.loss); };
+    training::train_lora(m, a, [&](std::size_t step, std::size_t micro) { return batches[step * accumulation + micro]; }, o);
+    REQUIRE(step_losses.size() == steps);
+    for (std::size_t s = 0; s < steps; ++s)
+      CHECK(step_losses[s] == Approx((losses[2 * s] + losses[2 * s + 1]) / 2).epsilon(1e-5));
+    CHECK(nn::trainable_parameters<float>(m).size() == trainable_before);  // flags restored
+    for (const auto& p : nn::named_parameters<float>(a)) {
+      const auto want = test::read_tensor<2, float>(ref, "final." + p.name).to_vector();
+      const auto got = p.flat.to_vector();
+      const auto& b = before.at(p.name);
+      double diff = 0, norm = 0;  // the change: (got - b) vs (want - b)
+      for (std::size_t i = 0; i < b.size(); ++i) {
+        diff += std::pow(double(got[i]) - double(want[i]), 2);
+        norm += std::pow(double(want[i]) - double(b[i]), 2);
+      }
+      INFO(name << ": " << p.name << ": change after " << steps << " steps vs PEFT's, normwise relative error "
+                << std::sqrt(diff / norm));
+      CHECK(norm > 0);
+      CHECK(std::sqrt(diff / norm) <= 1e-3);
+    }
+    const auto peft_logits = peft_logits_of_saved(a, case_dir(name) / "base",
+                                                  io::SafetensorsFile(case_dir(name) / "reference.safetensors"),
+                                                  "trained_" + std::string(name));
+    models::AttachedAdapters<float> on(m, {{&a, 1.0}}, models::LoraMode::unmerged);
+    const auto ids = ids2(io::SafetensorsFile(case_dir(name) / "reference.safetensors"), "ids");
+    const double err = test::normwise_rel_error(m.forward(ids), peft_logits);
+    INFO(name << ": logits of the trained adapter vs PEFT's after loading it, normwise relative error " << err);
+    CHECK(err <= 1e-4);
   }
 }
