@@ -66,6 +66,34 @@ def round_bf16(model):
             p.copy_(p.to(torch.bfloat16).float())
 
 
+# (window, stride) pairs: overlapping, disjoint (stride = window), a stride not dividing the text,
+# and stride 1 (every token with the longest context the window allows).
+PPL_WINDOWS = [(16, 8), (16, 16), (16, 5), (12, 1)]
+
+
+def windowed_nll(model, ids, max_length, stride):
+    """Hugging Face's "perplexity of fixed-length models" loop: windows of max_length tokens moved by
+    stride, each scoring only the tokens past the previous window's end (labels -100 before them).
+    The guide weights each window's mean loss by num_valid - 1; this counts exactly the labels the
+    shifted loss scores, so the result is the mean NLL over the scored tokens."""
+    seq_len = ids.size(1)
+    nll_sum, n_tokens, prev_end = 0.0, 0, 0
+    for begin in range(0, seq_len, stride):
+        end = min(begin + max_length, seq_len)
+        trg_len = end - prev_end
+        input_ids = ids[:, begin:end]
+        target_ids = input_ids.clone()
+        target_ids[:, :-trg_len] = -100
+        loss = model(input_ids=input_ids, labels=target_ids).loss.double().item()
+        n = int((target_ids[:, 1:] != -100).sum())
+        nll_sum += loss * n
+        n_tokens += n
+        prev_end = end
+        if end == seq_len:
+            break
+    return nll_sum / n_tokens
+
+
 def references(model, vocab, seed):
     g = torch.Generator().manual_seed(seed + 1000)
     out = {}
@@ -95,6 +123,11 @@ def references(model, vocab, seed):
         out["ll_ids"] = ll
         out["ll_prefix"] = torch.tensor(prefix, dtype=torch.int64)
         out["ll_loss"] = torch.stack(losses)
+        # Sliding-window perplexity of a 40-token text (window, stride, mean NLL per scored token).
+        text = torch.randint(0, vocab, (1, 40), generator=g)
+        out["ppl_ids"] = text[0]
+        out["ppl_windows"] = torch.tensor([[w, s, windowed_nll(model, text, w, s)] for w, s in PPL_WINDOWS],
+                                          dtype=torch.float64)
     return {k: v.contiguous() for k, v in out.items()}
 
 

@@ -2,11 +2,13 @@
 // LlamaAttention in its general form (q/k/v biases as in Qwen2, head_dim != dim / heads, an o_proj
 // bias as with Llama's attention_bias) and a whole decoder layer (pre-norm attention and SwiGLU MLP
 // whose down projection adds the residual as it stores), every weight a harness input; and nn::Linear
-// with an unmerged low-rank (LoRA) update, the path PEFT adapters take.
+// with an unmerged low-rank (LoRA) update, the path PEFT adapters take; and the LoRA training loss
+// (training/llama_lora.hpp) of a whole tiny causal LM with respect to the factors only.
 
 #include <gradcheck.hpp>
 
 #include "ttmoe/models/llama.hpp"
+#include "ttmoe/training/llama_lora.hpp"
 
 using namespace ttmoe;
 using namespace ttmoe::gradcheck;
@@ -128,4 +130,39 @@ GRADCHECK_CASE("linear_low_rank_update") {
                  return s;
                },
                [=](const Inputs& in) -> Output { return layer(in)(in.get<3>(0), in.get<3>(5)); });
+}
+
+GRADCHECK_CASE("lora_causal_lm_loss") {
+  // The masked, shifted cross-entropy of a 1-layer causal LM (base frozen) as a function of LoRA
+  // factors on q_proj and down_proj, bound as train_lora binds them (delta_A = A, delta_B = s B).
+  // Inputs: A_q [r, 8], B_q [8, r], A_down [r, 12], B_down [8, r].
+  auto shapes = [](Rng& r) {
+    const index_t rank = r.ext(1, 3);
+    return Shapes{{rank, 8}, {8, rank}, {rank, 12}, {8, rank}};
+  };
+  return Case().variant("rank 1..3, prompt and padding masked", shapes, [](const Inputs& in) -> Output {
+    models::LlamaConfig c;
+    c.vocab_size = 13;
+    c.hidden_size = 8;
+    c.intermediate_size = 12;
+    c.num_hidden_layers = 1;
+    c.num_attention_heads = 2;
+    c.num_key_value_heads = 1;
+    c.head_dim = 4;
+    c.max_position_embeddings = 16;
+    models::LlamaForCausalLM<double> m(c, 5);
+    models::PeftAdapter<double> a;
+    auto& q = a.modules["model.layers.0.self_attn.q_proj"];
+    q.lora_A.weight = in.get<2>(0);
+    q.lora_B.weight = in.get<2>(1);
+    q.scaling = 1.5;
+    auto& d = a.modules["model.layers.0.mlp.down_proj"];
+    d.lora_A.weight = in.get<2>(2);
+    d.lora_B.weight = in.get<2>(3);
+    d.scaling = 0.5;
+    training::LoraTrainingAttachment<double, cpu> attach(m, a);
+    attach.bind();
+    const auto batch = models::CausalLMBatch<>::from_rows({{1, 7, 3, 12, 5}, {4, 9, 2}}, {2, 1}, 0);
+    return models::causal_lm_loss(m, batch);
+  });
 }

@@ -88,6 +88,17 @@ void check_case(const std::string& name, double tol) {
     CHECK(s.tokens == index_t(T) - prefix[b]);
     CHECK(std::abs(s.nll() - loss[b]) <= 1e-4 * std::abs(loss[b]));
   }
+
+  // Sliding-window perplexity (HF's protocol for fixed-length models), rows (window, stride, nll).
+  const auto text = ints(ref, "ppl_ids");
+  const auto windows = test::read_tensor<2, double>(ref, "ppl_windows").to_vector();
+  for (std::size_t i = 0; i < windows.size(); i += 3) {
+    const auto w = index_t(windows[i]), stride = index_t(windows[i + 1]);
+    const auto s = models::windowed_perplexity(m, text, w, stride);
+    INFO(name << ": window " << w << " stride " << stride << ": nll " << s.nll() << " vs transformers " << windows[i + 2]);
+    CHECK(s.tokens == index_t(text.size()) - 1 - (stride == w ? index_t(text.size() - 1) / w : 0));
+    CHECK(std::abs(s.nll() - windows[i + 2]) <= 1e-4 * std::abs(windows[i + 2]));
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "parity.hpp"
 #include "ttmoe/models/llm.hpp"
 #include "ttmoe/nn/loss.hpp"
+#include "ttmoe/training/llama_lora.hpp"
 
 using namespace ttmoe;
 using models::LlamaConfig;
@@ -533,4 +534,76 @@ TEST_CASE("peft adapter files: save and load round trip, errors name the file, k
     CHECK_THROWS_AS(models::load_peft_adapter(dir / "nope", m), io::SafetensorsError);
   }
   std::filesystem::remove_all(dir);
+}
+
+// ---- LoRA training memory (training/llama_lora.hpp) ----
+// What the tape keeps is read off the CPU caching pool: buffers of 256 KiB and more come from it, so
+// its in-use bytes after a forward, with the test holding nothing but the output, are what the
+// recorded ops keep for the backward. Sizes below are powers of two (the pool's exact size classes).
+TEST_CASE("lora training memory: a frozen weight keeps no input, the low-rank branch keeps it once", "[llm][lora][memory]") {
+  auto& pool = cpu::memory_pool();
+  const std::size_t x_bytes = 512 * 1024 * 4, y_bytes = 512 * 128 * 4;  // x [512, 1024], y [512, 128]
+  nn::Linear<float> lin(1024, 128, false, 1);
+  auto A = Tensor<float, DynShape<2>>::full(DynShape<2>(8, 1024), 0.01f);
+  auto B = Tensor<float, DynShape<2>>::full(DynShape<2>(128, 8), 0.02f);
+  A.set_requires_grad();
+  B.set_requires_grad();
+  // Bytes the tape holds after y = lin(x) once the caller has dropped x.
+  auto kept = [&](bool weight_trainable, bool low_rank) {
+    lin.weight.set_requires_grad(weight_trainable);
+    lin.delta_A = low_rank ? A : Tensor<float, DynShape<2>>();
+    lin.delta_B = low_rank ? B : Tensor<float, DynShape<2>>();
+    autograd::Tape tape;
+    const std::size_t before = pool.stats().in_use_bytes;
+    Tensor<float, DynShape<2>> y;
+    {
+      auto x = Tensor<float, DynShape<2>>::full(DynShape<2>(512, 1024), 1.f);
+      x.set_requires_grad();  // an inner layer's input: its gradient is needed
+      y = lin(x);
+    }
+    return pool.stats().in_use_bytes - before;
+  };
+  CHECK(kept(false, false) == y_bytes);           // frozen W: x is not kept (dx needs W only)
+  CHECK(kept(true, false) == y_bytes + x_bytes);  // trainable W: x kept for dW
+  CHECK(kept(false, true) == y_bytes + x_bytes);  // frozen W + LoRA: x kept once, for dA
+  CHECK(kept(true, true) == y_bytes + x_bytes);   // both need x: still one buffer, shared
+}
+
+TEST_CASE("lora training memory: a frozen base keeps no more than a trainable one, per layer", "[llm][lora][memory]") {
+  // A model wide enough that every activation is pooled: the tape's bytes with the base frozen
+  // (LoRA training) against the same forward with every base weight trainable as well.
+  LlamaConfig c = tiny();
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 300;
+  c.max_position_embeddings = 512;
+  models::LlamaForCausalLM<float> m(c, 3);
+  models::LoraAdapterConfig ac;
+  ac.r = 8;
+  ac.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  auto a = models::make_lora_adapter(m, ac, 4);
+  std::vector<std::int64_t> row(512);
+  for (std::size_t i = 0; i < row.size(); ++i) row[i] = std::int64_t((i * 7) % 300);
+  const auto batch = models::CausalLMBatch<>::from_rows({row});
+  auto& pool = cpu::memory_pool();
+  auto kept = [&](bool base_trainable) {
+    training::LoraTrainingAttachment<float, cpu> attach(m, a);
+    if (base_trainable) nn::set_trainable(m, "*", true);
+    autograd::Tape tape;
+    const std::size_t before = pool.stats().in_use_bytes;
+    attach.bind();
+    auto loss = models::causal_lm_loss(m, batch);
+    const std::size_t n = pool.stats().in_use_bytes - before;
+    autograd::backward(tape, loss);
+    if (base_trainable) nn::freeze(m);
+    return n;
+  };
+  const std::size_t frozen = kept(false), trainable = kept(true);
+  INFO("tape bytes, base frozen: " << frozen << ", base trainable: " << trainable);
+  CHECK(frozen > 0);
+  CHECK(frozen <= trainable);
+  CHECK(nn::trainable_parameters<float>(m).empty() == false);  // the attachment restored the flags
 }

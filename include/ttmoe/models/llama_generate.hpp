@@ -5,6 +5,9 @@
 // decode step reads each weight once and touches no cache entry but the new one. Streaming: the
 // on_token callback sees each token as it is chosen. score_continuation() is the TTMM evaluation
 // protocol: the log-likelihood of a continuation given a prefix, loss on the continuation only.
+// windowed_perplexity() scores a text longer than the context the way Hugging Face's "perplexity of
+// fixed-length models" guide does: windows of max_length tokens moved by stride, each scoring only
+// the tokens it adds, with the tokens before them (up to max_length - stride) as context.
 
 #include <cmath>
 #include <cstdint>
@@ -146,6 +149,44 @@ ContinuationScore score_continuation(const LlamaForCausalLM<T, D>& m, const std:
   }
   s.tokens = index_t(rows.size());
   return s;
+}
+
+/// Sliding-window perplexity of `ids` (HF's protocol for fixed-length models): windows
+/// [begin, min(begin + max_length, n)) for begin = 0, stride, 2 stride, ... until one reaches the end;
+/// each scores the tokens past the previous window's end given everything before them in the window
+/// (the first window scores all but token 0). Each token is scored at most once (every token but
+/// the first when stride < max_length); the result is the mean NLL over the scored tokens: HF's
+/// guide weights each window's mean loss by its number of scored tokens, the same sum (the guide
+/// counts one token fewer per window for the shift, even where the label it drops was -100 already;
+/// ttmoe counts exactly). Throws ValueError unless 1 <= stride <= max_length <= the
+/// model's context and ids holds at least 2 tokens.
+template <class T, class D>
+ContinuationScore windowed_perplexity(const LlamaForCausalLM<T, D>& m, const std::vector<std::int64_t>& ids,
+                                      index_t max_length, index_t stride) {
+  const index_t n = index_t(ids.size());
+  if (max_length < 2 || max_length > m.config.max_position_embeddings)
+    throw ValueError("windowed_perplexity: window " + std::to_string(max_length) + " must be in [2, " +
+                     std::to_string(m.config.max_position_embeddings) + "] (the model's context)");
+  if (stride < 1 || stride > max_length)
+    throw ValueError("windowed_perplexity: stride " + std::to_string(stride) + " must be in [1, " +
+                     std::to_string(max_length) + "] (a larger stride would skip tokens)");
+  if (n < 2) throw ValueError("windowed_perplexity: " + std::to_string(n) + " tokens leave nothing to score");
+  ContinuationScore total;
+  index_t scored_to = 1;  // tokens [0, scored_to) are scored (token 0 never is)
+  for (index_t begin = 0;; begin += stride) {
+    const index_t end = std::min(begin + max_length, n);
+    if (end > scored_to) {
+      const std::vector<std::int64_t> window(ids.begin() + std::ptrdiff_t(begin), ids.begin() + std::ptrdiff_t(end));
+      // With stride == max_length the windows are disjoint: a window's first token has no context
+      // and is not scored (as in HF, whose shifted labels drop position 0).
+      const auto s = score_continuation(m, window, std::max<index_t>(1, scored_to - begin));
+      total.logprob += s.logprob;
+      total.tokens += s.tokens;
+      scored_to = end;
+    }
+    if (end == n) break;
+  }
+  return total;
 }
 
 }  // namespace ttmoe::models
