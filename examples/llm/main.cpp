@@ -5,10 +5,16 @@
 //                [--max-new-tokens N --temperature T --top-p P --top-k K --seed S]
 //       streams the continuation of TEXT to stdout as it is generated (greedy unless --temperature
 //       is above 0); a summary line (tokens, tokens/s) goes to stderr.
-//   llm perplexity [--model DIR] --file F [--prefix-tokens N] [--lora ...]
+//   llm perplexity [--model DIR] --file F [--prefix-tokens N | --window W [--stride S]] [--lora ...]
 //       the mean negative log-likelihood and perplexity of F's tokens after the first N (loss on
 //       the continuation only, as the TTMM evaluation does); N counts the BOS token if the
-//       tokenizer adds one, and defaults to 1 (every token but the first is scored).
+//       tokenizer adds one, and defaults to 1 (every token but the first is scored). With --window,
+//       a text longer than the context is scored in sliding windows of W tokens moved by S (default
+//       W), each scoring only its new tokens (Hugging Face's perplexity of fixed-length models).
+//   llm lora-train [--model DIR] --corpus PATH --out ADAPTER_DIR [--rank 64 --alpha 16 --lr 2e-4
+//             --weight-decay 0.01 --epochs 1 --batch 4 --accumulation 1 --seq 1024 --targets ...
+//             --max-steps N --seed S]
+//       a PEFT LoRA adapter for the model trained on the corpus (lora_train.hpp), base frozen.
 //   llm train --corpus PATH --out DIR [--vocab-size V --hidden H --layers L --heads N --kv-heads K
 //             --intermediate I --context T --steps S --batch B --lr LR --seed S]
 //       a small Llama from scratch on a text file (or a folder of them) with a byte-level BPE
@@ -37,6 +43,7 @@
 #include "ttmoe/models/llm.hpp"
 #include "ttmoe/text.hpp"
 #include "default_model.hpp"
+#include "lora_train.hpp"
 #include "train.hpp"
 
 namespace {
@@ -158,7 +165,13 @@ int run_generate(const ModelChoice& choice, const std::string& prompt, const Lor
   return 0;
 }
 
-int run_perplexity(const ModelChoice& choice, const std::string& file, index_t prefix, const LoraArgs& lora) {
+/// How `llm perplexity` scores: a prefix, or sliding windows when window > 0.
+struct PerplexityArgs {
+  index_t prefix = 1, window = 0, stride = 0;
+};
+
+int run_perplexity(const ModelChoice& choice, const std::string& file, const PerplexityArgs& pa, const LoraArgs& lora) {
+  const index_t prefix = pa.prefix;
   std::ifstream in(file, std::ios::binary);
   if (!in) throw ValueError(file + ": cannot open the text file");
   std::stringstream buf;
@@ -168,7 +181,8 @@ int run_perplexity(const ModelChoice& choice, const std::string& file, index_t p
   if (index_t(ids.size()) <= prefix)
     throw ValueError(file + ": " + std::to_string(ids.size()) + " tokens leave nothing to score after --prefix-tokens " +
                      std::to_string(prefix));
-  const auto score = models::score_continuation(l->model, ids, prefix);
+  const auto score = pa.window ? models::windowed_perplexity(l->model, ids, pa.window, pa.stride ? pa.stride : pa.window)
+                               : models::score_continuation(l->model, ids, prefix);
   std::printf("tokens: %zu\nscored: %zu\nnll: %.9g\nperplexity: %.9g\n", ids.size(), std::size_t(score.tokens),
               score.nll(), score.perplexity());
   return 0;
@@ -191,7 +205,7 @@ int main(int argc, char** argv) {
   LoraArgs lora;
   models::GenerationOptions gen;
   gen.max_new_tokens = 64;
-  index_t prefix = 1;
+  PerplexityArgs pa;
   auto add_common = [&](CLI::App* c) {
     c->add_option("--model", choice.model,
                   "Hugging Face model folder (config.json, weights, tokenizer); default: the cached default model")
@@ -214,7 +228,33 @@ int main(int argc, char** argv) {
   CLI::App* p = app.add_subcommand("perplexity", "score a text file (loss on the tokens after the prefix)");
   add_common(p);
   p->add_option("--file", file, "UTF-8 text file")->required()->check(CLI::ExistingFile);
-  p->add_option("--prefix-tokens", prefix, "leading tokens given as context, not scored")->capture_default_str()->check(CLI::PositiveNumber);
+  auto* prefix_opt = p->add_option("--prefix-tokens", pa.prefix, "leading tokens given as context, not scored")
+                         ->capture_default_str()
+                         ->check(CLI::PositiveNumber);
+  p->add_option("--window", pa.window, "score in sliding windows of this many tokens (at most the context)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(prefix_opt);
+  p->add_option("--stride", pa.stride, "tokens each window moves by (default: the window; at most the window)")
+      ->check(CLI::PositiveNumber)
+      ->needs("--window");
+  llm_example::LoraTrainOptions lo;
+  CLI::App* lt = app.add_subcommand("lora-train", "train a PEFT LoRA adapter for a model on a text corpus");
+  lt->add_option("--model", choice.model, "Hugging Face model folder; default: the cached default model")
+      ->check(CLI::ExistingDirectory);
+  lt->add_option("--cache", choice.cache, "where the default model is cached")->excludes("--model");
+  lt->add_option("--corpus", lo.corpus, "a UTF-8 text file or a folder of them")->required()->check(CLI::ExistingPath);
+  lt->add_option("--out", lo.out, "the PEFT adapter folder to write")->required();
+  lt->add_option("--rank", lo.rank, "LoRA rank r")->capture_default_str()->check(CLI::PositiveNumber);
+  lt->add_option("--alpha", lo.alpha, "LoRA alpha (scale alpha / r)")->capture_default_str();
+  lt->add_option("--lr", lo.lr, "AdamW learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  lt->add_option("--weight-decay", lo.weight_decay, "AdamW decoupled weight decay")->capture_default_str()->check(CLI::NonNegativeNumber);
+  lt->add_option("--epochs", lo.epochs, "passes over the corpus")->capture_default_str()->check(CLI::PositiveNumber);
+  lt->add_option("--batch", lo.batch, "windows per micro-batch")->capture_default_str()->check(CLI::PositiveNumber);
+  lt->add_option("--accumulation", lo.accumulation, "micro-batches per optimiser step")->capture_default_str()->check(CLI::PositiveNumber);
+  lt->add_option("--seq", lo.seq, "tokens per window (capped at the model's context)")->capture_default_str()->check(CLI::PositiveNumber);
+  lt->add_option("--targets", lo.targets, "module names to adapt")->capture_default_str();
+  lt->add_option("--max-steps", lo.max_steps, "stop after this many steps (0: the whole run)")->capture_default_str();
+  lt->add_option("--seed", lo.seed, "adapter initialisation and window order seed")->capture_default_str();
   llm_example::TrainOptions to;
   CLI::App* t = app.add_subcommand("train", "train a small Llama and its BPE tokenizer from scratch on a corpus");
   t->add_option("--corpus", to.corpus, "a UTF-8 text file or a folder of them")->required()->check(CLI::ExistingPath);
@@ -234,7 +274,11 @@ int main(int argc, char** argv) {
   try {
     if (g->parsed()) return run_generate(choice, prompt, lora, gen);
     if (t->parsed()) return llm_example::run_train(to);
-    return run_perplexity(choice, file, prefix, lora);
+    if (lt->parsed()) {
+      auto l = load(choice, {});
+      return llm_example::run_lora_train(l->model, *l->tokenizer, resolve(choice).first, lo);
+    }
+    return run_perplexity(choice, file, pa, lora);
   } catch (const std::exception& e) {
     std::cerr << "llm: error: " << e.what() << "\n";
     return 1;
