@@ -13,25 +13,8 @@ unset(ENV{TTMOE_CACHE_DIR})
 
 include("${CMAKE_CURRENT_LIST_DIR}/llm_cmake_helpers.cmake")
 
-# The default model's folder name, as llm documents it.
-run_llm(help --help)
-expect_ok(help "llm --help")
-string(REGEX MATCH "<cache>/(llm-default-[A-Za-z0-9._-]+)" _ "${help_out}")
-set(folder "${CMAKE_MATCH_1}")
-if(NOT folder)
-  message(FATAL_ERROR "llm --help does not name the default model's folder:\n${help_out}")
-endif()
-
-# A tiny model in that folder.
-set(sentence "The licence gives you the freedom to share and change the program, and the source code comes with it. ")
-string(REPEAT "${sentence}" 40 corpus)
-file(WRITE "${WORK}/corpus.txt" "${corpus}")
-file(WRITE "${WORK}/short.txt" "The licence gives you the freedom to share.")  # within the tiny context
-set(cache "${WORK}/cache")
-set(model "${cache}/${folder}")
-run_llm(train train --corpus "${WORK}/corpus.txt" --out "${model}" --vocab-size 300 --hidden 16 --layers 1 --heads 2
-        --kv-heads 1 --intermediate 32 --context 32 --steps 3 --batch 2)
-expect_ok(train "llm train (tiny model)")
+# A tiny model in the default model's cache folder: sets folder, cache, model.
+make_tiny_default_model()
 
 # generate without --model, through $TTMOE_CACHE_DIR: the cached folder, no training, the same text as --model.
 set(gen generate --prompt "The licence gives" --max-new-tokens 12)

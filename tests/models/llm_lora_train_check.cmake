@@ -13,22 +13,8 @@ include("${CMAKE_CURRENT_LIST_DIR}/llm_cmake_helpers.cmake")
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 
-run_llm(help --help)
-expect_ok(help "llm --help")
-string(REGEX MATCH "<cache>/(llm-default-[A-Za-z0-9._-]+)" _ "${help_out}")
-set(folder "${CMAKE_MATCH_1}")
-if(NOT folder)
-  message(FATAL_ERROR "llm --help does not name the default model's folder:\n${help_out}")
-endif()
-set(sentence "The licence gives you the freedom to share and change the program, and the source code comes with it. ")
-string(REPEAT "${sentence}" 40 small_corpus)
-file(WRITE "${WORK}/corpus.txt" "${small_corpus}")
-file(WRITE "${WORK}/short.txt" "The licence gives you the freedom to share.")
-set(model "${WORK}/cache/${folder}")
-run_llm(train train --corpus "${WORK}/corpus.txt" --out "${model}" --vocab-size 300 --hidden 16 --layers 1 --heads 2
-        --kv-heads 1 --intermediate 32 --context 32 --steps 3 --batch 2)
-expect_ok(train "llm train (tiny default model)")
-set(ENV{TTMOE_CACHE_DIR} "${WORK}/cache")
+make_tiny_default_model()  # sets folder, cache, model
+set(ENV{TTMOE_CACHE_DIR} "${cache}")
 
 # LoRA training on the default model and corpus; --seq above the tiny context is capped (a note).
 set(adapter "${WORK}/adapter")

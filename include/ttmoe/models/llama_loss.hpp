@@ -5,6 +5,7 @@
 // 128k vocabulary the logits of a 1024-token sequence are 525 MB, and a continuation-only loss
 // scores a fraction of them.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
