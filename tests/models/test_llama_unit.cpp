@@ -607,3 +607,57 @@ TEST_CASE("lora training memory: a frozen base keeps no more than a trainable on
   CHECK(frozen <= trainable);
   CHECK(nn::trainable_parameters<float>(m).empty() == false);  // the attachment restored the flags
 }
+
+TEST_CASE("lora training and windowed perplexity: bad input is a clear error", "[llm][lora][errors]") {
+  using Catch::Matchers::Contains;
+  const LlamaConfig c = tiny();
+  models::LlamaForCausalLM<float> m(c, 3);
+  using Batch = models::CausalLMBatch<>;
+  CHECK_THROWS_WITH(Batch::from_rows({}), Contains("no rows"));
+  CHECK_THROWS_WITH(Batch::from_rows({{1, 2}, {}}), Contains("row 1 is empty"));
+  CHECK_THROWS_WITH(Batch::from_rows({{1, 2, 3}}, {3}), Contains("a prefix of 3 leaves none to score"));
+  CHECK_THROWS_WITH(Batch::from_rows({{1, 2}}, {0, 1}), Contains("2 prefix lengths for 1 rows"));
+  // Labels: right-padded row, prompt masked; the count excludes position 0 and the padding.
+  const auto b = Batch::from_rows({{5, 6, 7, 8}, {9, 10}}, {1, 0}, 0);
+  CHECK(b.labels == std::vector<std::int64_t>{-100, 6, 7, 8, 9, 10, -100, -100});
+  CHECK(b.scored_tokens() == 3 + 1);
+  Batch bad = b;
+  bad.labels[2] = c.vocab_size;
+  CHECK_THROWS_WITH(models::causal_lm_loss(m, bad), Contains("label 50 at [0, 2] is outside the vocabulary of 50"));
+  bad.labels.pop_back();
+  CHECK_THROWS_WITH(models::causal_lm_loss(m, bad), Contains("7 labels for ids [2, 4]"));
+  Batch none = Batch::from_rows({{5}});
+  CHECK_THROWS_WITH(models::causal_lm_loss(m, none), Contains("score no token"));
+  // The loss equals score_continuation's NLL on a single row with the same prefix.
+  const std::vector<std::int64_t> row{3, 14, 15, 9, 26, 5};
+  const double loss = double(models::causal_lm_loss(m, Batch::from_rows({row}, {2})).item());
+  CHECK(loss == Approx(models::score_continuation(m, row, 2).nll()).epsilon(1e-5));
+
+  // windowed_perplexity's limits, and one window over the whole text = score_continuation from 1.
+  CHECK_THROWS_WITH(models::windowed_perplexity(m, row, 1, 1), Contains("window 1 must be in [2, 64]"));
+  CHECK_THROWS_WITH(models::windowed_perplexity(m, row, 65, 1), Contains("window 65 must be in [2, 64]"));
+  CHECK_THROWS_WITH(models::windowed_perplexity(m, row, 4, 5), Contains("stride 5 must be in [1, 4]"));
+  CHECK_THROWS_WITH(models::windowed_perplexity(m, {7}, 4, 2), Contains("1 tokens leave nothing to score"));
+  const auto whole = models::windowed_perplexity(m, row, 8, 8);
+  CHECK(whole.tokens == 5);
+  CHECK(whole.logprob == Approx(models::score_continuation(m, row, 1).logprob).epsilon(1e-6));
+  // Stride 1 with window 3: every token after the first scored once.
+  CHECK(models::windowed_perplexity(m, row, 3, 1).tokens == 5);
+
+  // An adapter for another architecture: one error naming each module, nothing changed.
+  models::LoraAdapterConfig ac;
+  ac.r = 2;
+  ac.target_modules = {"q_proj"};
+  auto a = models::make_lora_adapter(m, ac, 1);
+  a.modules.begin()->second.lora_A.weight = Tensor<float, DynShape<2>>::zeros(DynShape<2>(2, 7));
+  a.modules["model.layers.9.mlp.up_proj"] = a.modules.begin()->second;
+  const auto trainable = nn::trainable_parameters<float>(m).size();
+  try {
+    training::LoraTrainingAttachment<float, cpu> attach(m, a);
+    FAIL("a mismatched adapter was attached");
+  } catch (const io::CheckpointError& e) {
+    CHECK_THAT(e.what(), Contains("do not fit the weight [out, in] = [32, 32]"));
+    CHECK_THAT(e.what(), Contains("unknown module 'model.layers.9.mlp.up_proj'"));
+  }
+  CHECK(nn::trainable_parameters<float>(m).size() == trainable);
+}
