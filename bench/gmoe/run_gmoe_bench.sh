@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# GMoE-S/16 training step and evaluation, ttmoe (bench_gmoe_step, gmoe_step.cpp) vs PyTorch
+# (gmoe_torch.py: timm's ViT-S/16 with the fastest MoE dispatch found, see below), 2 threads each;
+# bench/report runs it in its `gmoe` section. PyTorch runs at its best: the reference environment's
+# torch (TTMOE_BENCH_TORCH_PYTHON overrides), torch.set_num_threads(2), OMP_NUM_THREADS=2
+# OMP_WAIT_POLICY=PASSIVE, fused Adam where available.
+# The sides alternate process by process (ttmoe train, torch train, ..., then ttmoe eval, torch eval,
+# ...) for ROUNDS rounds so slow drifts of a shared machine hit both alike. Each ratio is the median
+# of its per-round ratios, each absolute figure the median of its per-round values:
+#   gmoe_train_step_speedup_vs_pytorch   torch step seconds / ttmoe step seconds       (target >= 1.3)
+#   gmoe_eval_speedup_vs_pytorch         ttmoe images/s / torch images/s              (target >= 1.2)
+#   gmoe_{ttmoe,torch}_step_s, gmoe_{ttmoe,torch}_eval_images_per_s, and the peak RSS of each process
+#   gmoe_{ttmoe,torch}_{train,eval}_peak_rss_mb (VmHWM / ru_maxrss at the process's end)
+# A step is GMoE's DomainBed step on STEP_IMAGES images (3 domains x 32 concatenated; forward with
+# router noise, expert dropout and drop-path, cross-entropy + 0.01 l_aux, backward, Adam); evaluation
+# is NoGrad / inference_mode forwards of EVAL_IMAGES images. Per process: WARMUP untimed runs, then
+# STEPS (train) or EVAL_RUNS (eval) timed ones, the process's figure their median.
+#   [STEP_IMAGES=96] [EVAL_IMAGES=64] [STEPS=1] [EVAL_RUNS=2] [WARMUP=1] [TORCH_DISPATCH=segments]
+#   [TORCH_COMPILE=0] [GMOE_STEP_BIN=prebuilt bench_gmoe_step] bench/gmoe/run_gmoe_bench.sh [BUILD_DIR] [ROUNDS]
+# (default build-gmoe-bench, 3 rounds). TORCH_DISPATCH=padded takes Tutel's [E, C, D] slots with
+# baddbmm instead of per-expert segments (slower here, see docs/design.md "GMoE").
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${1:-$root/build-gmoe-bench}
+rounds=${2:-3}
+step_images=${STEP_IMAGES:-96}
+eval_images=${EVAL_IMAGES:-64}
+steps=${STEPS:-1}
+eval_runs=${EVAL_RUNS:-2}
+warmup=${WARMUP:-1}
+dispatch=${TORCH_DISPATCH:-segments}
+compile=(); [ "${TORCH_COMPILE:-0}" = 1 ] && compile=(--compile)
+bin=${GMOE_STEP_BIN:-}
+if [ -z "$bin" ]; then  # stand-alone build of this folder
+  cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$build" --target bench_gmoe_step -j2 >/dev/null
+  bin=$build/bench_gmoe_step
+fi
+torch_py=${TTMOE_BENCH_TORCH_PYTHON:-${TTMOE_VENV:-$HOME/.cache/ttmoe/venv}/bin/python}
+[ -x "$torch_py" ] || { echo "run_gmoe_bench: no PyTorch Python at $torch_py (run scripts/install-deps.sh)" >&2; exit 1; }
+echo "# PyTorch side: $torch_py, torch $("$torch_py" -c 'import torch; print(torch.__version__)'), dispatch $dispatch${compile:+, torch.compile}"
+load() { cut -d' ' -f1 /proc/loadavg; }
+field() { awk -v k="$1:" '$1 == k {print $2}'; }
+med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+div() { python3 -c "print(f'{$1 / $2:.3f}')"; }
+declare -A per_round  # figure name -> its per-round values, space-separated
+keep() { [ -z "$2" ] || per_round[$1]+="$2 "; }
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
+fail() { echo "run_gmoe_bench: $1 failed:" >&2; tail -20 "$err" >&2; exit 1; }
+# The PyTorch side checks its MoE formulations against the parity tests' reference layer first.
+OMP_NUM_THREADS=2 "$torch_py" "$here/gmoe_torch.py" --check 2>"$err" | sed 's/^/# /' || fail "gmoe_torch.py --check"
+torch_run() {
+  OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE "$torch_py" "$here/gmoe_torch.py" --threads 2 --dispatch "$dispatch" \
+    "${compile[@]}" "$@"
+}
+echo "# train: $step_images images of 224 px per step, $steps timed step(s) after $warmup warm-up per process, $rounds rounds"
+for r in $(seq 1 "$rounds"); do
+  l0=$(load)
+  c=$("$bin" --mode train --images "$step_images" --threads 2 --runs "$steps" --warmup "$warmup" 2>"$err") || fail "$bin"
+  p=$(torch_run --mode train --images "$step_images" --runs "$steps" --warmup "$warmup" 2>"$err") || fail "gmoe_torch.py"
+  cs=$(field ttmoe_gmoe_step_s <<<"$c"); ps=$(field torch_gmoe_step_s <<<"$p")
+  cr=$(field peak_rss_mb <<<"$c"); pr=$(field peak_rss_mb <<<"$p")
+  keep gmoe_train_step_speedup_vs_pytorch "$(div "$ps" "$cs")"
+  keep gmoe_ttmoe_step_s "$cs"; keep gmoe_torch_step_s "$ps"
+  keep gmoe_ttmoe_train_peak_rss_mb "$cr"; keep gmoe_torch_train_peak_rss_mb "$pr"
+  echo "# train round $r (load $l0 -> $(load)): ttmoe ${cs}s rss ${cr}MB | torch ${ps}s rss ${pr}MB | speedup $(div "$ps" "$cs")"
+done
+echo "# eval: $eval_images images per forward, $eval_runs timed forward(s) after $warmup warm-up per process, $rounds rounds"
+for r in $(seq 1 "$rounds"); do
+  l0=$(load)
+  c=$("$bin" --mode eval --images "$eval_images" --threads 2 --runs "$eval_runs" --warmup "$warmup" 2>"$err") || fail "$bin"
+  p=$(torch_run --mode eval --images "$eval_images" --runs "$eval_runs" --warmup "$warmup" 2>"$err") || fail "gmoe_torch.py"
+  ci=$(field ttmoe_gmoe_eval_images_per_s <<<"$c"); pi=$(field torch_gmoe_eval_images_per_s <<<"$p")
+  cr=$(field peak_rss_mb <<<"$c"); pr=$(field peak_rss_mb <<<"$p")
+  keep gmoe_eval_speedup_vs_pytorch "$(div "$ci" "$pi")"
+  keep gmoe_ttmoe_eval_images_per_s "$ci"; keep gmoe_torch_eval_images_per_s "$pi"
+  keep gmoe_ttmoe_eval_peak_rss_mb "$cr"; keep gmoe_torch_eval_peak_rss_mb "$pr"
+  echo "# eval round $r (load $l0 -> $(load)): ttmoe ${ci} img/s rss ${cr}MB | torch ${pi} img/s rss ${pr}MB | speedup $(div "$ci" "$pi")"
+done
+la=$(load)
+for name in gmoe_train_step_speedup_vs_pytorch gmoe_eval_speedup_vs_pytorch gmoe_ttmoe_step_s gmoe_torch_step_s \
+            gmoe_ttmoe_eval_images_per_s gmoe_torch_eval_images_per_s gmoe_ttmoe_train_peak_rss_mb \
+            gmoe_torch_train_peak_rss_mb gmoe_ttmoe_eval_peak_rss_mb gmoe_torch_eval_peak_rss_mb; do
+  [ -n "${per_round[$name]:-}" ] || continue
+  read -ra v <<<"${per_round[$name]}"
+  echo "$name: $(med "${v[@]}")   (per round: ${v[*]}; load now $la)"
+done
