@@ -8,12 +8,17 @@
 //     setting) and zero_grad. Prints the median seconds of the timed steps and the peak RSS.
 //   --mode eval: NoGrad evaluation forwards (no noise, no dropout) of `--images` images (64 by
 //     default); prints images per second (images / median seconds) and the peak RSS.
+//   --mode gemm: the GEMM rate the model's arithmetic rests on: ttmoe::matmul on a ViT-S/16 block's
+//     four linear shapes (qkv, proj, fc1, fc2) at images x 197 token rows, summed FLOPs over summed
+//     median seconds; prints ttmoe_gemm_gflops (the eval figure's ceiling is that rate over the
+//     forward's ~9.2 GFLOP per image).
 // Prints
 //   ttmoe_gmoe_step_s: X            (train)    ttmoe_gmoe_eval_images_per_s: X   (eval)
+//   ttmoe_gemm_gflops: X            (gemm)
 //   peak_rss_mb: X                  (VmHWM at the end: the timed work's peak)
 // and on stderr every timed run and the tokens the capacity dropped. --profile (train) times the
 // parts of one steady-state step (forward, loss, backward, Adam) after the warm-up instead.
-//   bench_gmoe_step [--mode train|eval] [--images N] [--threads 2] [--runs 3] [--warmup 1] [--classes 7]
+//   bench_gmoe_step [--mode train|eval|gemm] [--images N] [--threads 2] [--runs 3] [--warmup 1] [--classes 7]
 
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +59,33 @@ void list(const char* what, const std::vector<double>& v) {  // every timed run,
   for (double t : v) std::fprintf(stderr, " %.3f", t);
   std::fprintf(stderr, ")\n");
 }
+/// --mode gemm: ttmoe::matmul at a ViT-S/16 block's linear shapes with `rows` token rows.
+int gemm_rate(index_t rows, int runs, int warmup) {
+  using Mat = Tensor<float, DynShape<2>>;
+  const index_t shapes[4][2] = {{384, 1152}, {384, 384}, {384, 1536}, {1536, 384}};  // {in, out}
+  double flops = 0, seconds = 0;
+  float sink = 0;
+  for (const auto& io : shapes) {
+    Mat a{DynShape<2>(rows, io[0])}, b{DynShape<2>(io[0], io[1])};
+    nn::normal_(a, 1.0, 5);
+    nn::normal_(b, 1.0, 6);
+    std::vector<double> t;
+    for (int i = 0; i < warmup + runs; ++i) {
+      const auto t0 = Clock::now();
+      Mat c = matmul(a, b);
+      const double s = seconds_since(t0);
+      sink += c.data()[0];
+      if (i >= warmup) t.push_back(s);
+    }
+    const double f = 2.0 * double(rows) * double(io[0]) * double(io[1]);
+    std::fprintf(stderr, "(gemm [%ld, %ld] x [%ld, %ld]: %.1f GFLOP/s)\n", long(rows), long(io[0]), long(io[0]),
+                 long(io[1]), f / median(t) / 1e9);
+    flops += f, seconds += median(t);
+  }
+  std::printf("ttmoe_gemm_gflops: %.1f\n", flops / seconds / 1e9);
+  std::fprintf(stderr, "(checksum %g)\n", double(sink));
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,13 +108,14 @@ int main(int argc, char** argv) {
   }
   const bool train = mode == "train";
   if (images < 0) images = train ? 96 : 64;
-  if ((!train && mode != "eval") || images < 1 || threads < 1 || runs < 1 || warmup < 0 || classes < 2) {
+  if ((!train && mode != "eval" && mode != "gemm") || images < 1 || threads < 1 || runs < 1 || warmup < 0 || classes < 2) {
     std::fprintf(stderr,
-                 "usage: bench_gmoe_step [--mode train|eval] [--images N >= 1] [--threads >= 1] [--runs >= 1] "
+                 "usage: bench_gmoe_step [--mode train|eval|gemm] [--images N >= 1] [--threads >= 1] [--runs >= 1] "
                  "[--warmup >= 0] [--classes >= 2] [--profile]\n");
     return 2;
   }
   cpu_backend::set_num_threads(std::size_t(threads));
+  if (mode == "gemm") return gemm_rate(index_t(images) * 197, runs, warmup);
   Model model(models::gmoe_small_patch16(index_t(classes)), 1);
   Images x{DynShape<4>(index_t(images), 3, 224, 224)};
   nn::normal_(x, 1.0, 99);

@@ -23,7 +23,8 @@ A training step: forward on all images (DomainBed concatenates the domains' mini
 cross_entropy + 0.01 * sum l_aux, backward, torch.optim.Adam(lr 5e-5) step (fused=True where this
 torch supports it on CPU, else foreach), zero_grad(set_to_none=True). Evaluation: eval mode,
 torch.inference_mode, no noise, no dropout.
-Prints torch_gmoe_step_s or torch_gmoe_eval_images_per_s (and torch_gmoe_eval_s), peak_rss_mb
+--mode gemm times torch.mm at a ViT-S/16 block's four linear shapes (torch_gemm_gflops), the rate
+PyTorch's side rests on. Prints torch_gmoe_step_s or torch_gmoe_eval_images_per_s (and torch_gmoe_eval_s), peak_rss_mb
 (ru_maxrss at the end), and every timed run on stderr. --compile wraps the model in torch.compile
 (inductor); --check compares both dispatch formulations with the dense reference layer and exits.
 """
@@ -200,9 +201,26 @@ def check():
             sys.exit(1)
 
 
+def gemm_rate(rows, runs, warmup):
+    """--mode gemm: torch.mm at a ViT-S/16 block's linear shapes (qkv, proj, fc1, fc2), as bench_gmoe_step."""
+    flops = seconds = 0.0
+    for k, n in ((384, 1152), (384, 384), (384, 1536), (1536, 384)):
+        a, b = torch.randn(rows, k), torch.randn(k, n)
+        t = []
+        for i in range(warmup + runs):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            if i >= warmup:
+                t.append(time.perf_counter() - t0)
+        f = 2.0 * rows * k * n
+        print(f"(gemm [{rows}, {k}] x [{k}, {n}]: {f / statistics.median(t) / 1e9:.1f} GFLOP/s)", file=sys.stderr)
+        flops, seconds = flops + f, seconds + statistics.median(t)
+    print(f"torch_gemm_gflops: {flops / seconds / 1e9:.1f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=["train", "eval"], default="train")
+    ap.add_argument("--mode", choices=["train", "eval", "gemm"], default="train")
     ap.add_argument("--images", type=int, default=None, help="batch (default 96 train, 64 eval)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
@@ -217,6 +235,9 @@ def main():
         check()
         return
     images = a.images or (96 if a.mode == "train" else 64)
+    if a.mode == "gemm":
+        gemm_rate(images * 197, a.runs, a.warmup)
+        return
     model, layers = build(a.classes, a.dispatch)
     g = torch.Generator().manual_seed(99)
     x = torch.randn(images, 3, 224, 224, generator=g)

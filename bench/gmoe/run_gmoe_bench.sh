@@ -11,6 +11,9 @@
 #   gmoe_eval_speedup_vs_pytorch         ttmoe images/s / torch images/s              (target >= 1.2)
 #   gmoe_{ttmoe,torch}_step_s, gmoe_{ttmoe,torch}_eval_images_per_s, and the peak RSS of each process
 #   gmoe_{ttmoe,torch}_{train,eval}_peak_rss_mb (VmHWM / ru_maxrss at the process's end)
+#   gmoe_{ttmoe,torch}_gemm_gflops   each side's GEMM rate at a ViT-S/16 block's four linear shapes with
+#                                    the evaluation's token rows (--mode gemm, after each eval pair):
+#                                    the ceiling the model's ~9.2 GFLOP per image forward runs under
 # A step is GMoE's DomainBed step on STEP_IMAGES images (3 domains x 32 concatenated; forward with
 # router noise, expert dropout and drop-path, cross-entropy + 0.01 l_aux, backward, Adam); evaluation
 # is NoGrad / inference_mode forwards of EVAL_IMAGES images. Per process: WARMUP untimed runs, then
@@ -77,12 +80,18 @@ for r in $(seq 1 "$rounds"); do
   keep gmoe_eval_speedup_vs_pytorch "$(div "$ci" "$pi")"
   keep gmoe_ttmoe_eval_images_per_s "$ci"; keep gmoe_torch_eval_images_per_s "$pi"
   keep gmoe_ttmoe_eval_peak_rss_mb "$cr"; keep gmoe_torch_eval_peak_rss_mb "$pr"
-  echo "# eval round $r (load $l0 -> $(load)): ttmoe ${ci} img/s rss ${cr}MB | torch ${pi} img/s rss ${pr}MB | speedup $(div "$ci" "$pi")"
+  # The GEMM rate each side's arithmetic rests on, at the evaluation's token rows.
+  cg=$("$bin" --mode gemm --images "$eval_images" --threads 2 --runs 3 --warmup 1 2>"$err") || fail "$bin --mode gemm"
+  pg=$(torch_run --mode gemm --images "$eval_images" --runs 3 --warmup 1 2>"$err") || fail "gmoe_torch.py --mode gemm"
+  keep gmoe_ttmoe_gemm_gflops "$(field ttmoe_gemm_gflops <<<"$cg")"; keep gmoe_torch_gemm_gflops "$(field torch_gemm_gflops <<<"$pg")"
+  echo "# eval round $r (load $l0 -> $(load)): ttmoe ${ci} img/s rss ${cr}MB | torch ${pi} img/s rss ${pr}MB | speedup $(div "$ci" "$pi")" \
+       "| GEMM rate ttmoe $(field ttmoe_gemm_gflops <<<"$cg") torch $(field torch_gemm_gflops <<<"$pg") GFLOP/s"
 done
 la=$(load)
 for name in gmoe_train_step_speedup_vs_pytorch gmoe_eval_speedup_vs_pytorch gmoe_ttmoe_step_s gmoe_torch_step_s \
             gmoe_ttmoe_eval_images_per_s gmoe_torch_eval_images_per_s gmoe_ttmoe_train_peak_rss_mb \
-            gmoe_torch_train_peak_rss_mb gmoe_ttmoe_eval_peak_rss_mb gmoe_torch_eval_peak_rss_mb; do
+            gmoe_torch_train_peak_rss_mb gmoe_ttmoe_eval_peak_rss_mb gmoe_torch_eval_peak_rss_mb \
+            gmoe_ttmoe_gemm_gflops gmoe_torch_gemm_gflops; do
   [ -n "${per_round[$name]:-}" ] || continue
   read -ra v <<<"${per_round[$name]}"
   echo "$name: $(med "${v[@]}")   (per round: ${v[*]}; load now $la)"
