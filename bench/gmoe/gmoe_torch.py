@@ -11,7 +11,7 @@ renormalised, capacity C = int(1.5 * ceil(N / E)) over all N tokens of the batch
 batch-prioritised slots (tokens ordered by descending max score), overflow tokens output 0 (residual
 only), experts fc2(dropout(gelu(fc1 x))) with expert dropout 0.1, and l_aux = (cv2(importance) +
 cv2(load)) / 2 weighted 0.01. Tutel's dense [N, E, C] dispatch einsums are replaced by index-based
-formulations (--dispatch):
+formulations (--dispatch; padded, the default, measured faster here: --mode dispatch):
   segments  tokens sorted by (expert, priority) (one argsort), overflow cut, one index_select of the
             kept tokens, then per expert one addmm / GELU / dropout / addmm on its contiguous segment
             (no padding: exactly the kept tokens' FLOPs), combine by one index_select of the expert
@@ -23,7 +23,8 @@ A training step: forward on all images (DomainBed concatenates the domains' mini
 cross_entropy + 0.01 * sum l_aux, backward, torch.optim.Adam(lr 5e-5) step (fused=True where this
 torch supports it on CPU, else foreach), zero_grad(set_to_none=True). Evaluation: eval mode,
 torch.inference_mode, no noise, no dropout.
---mode gemm times torch.mm at a ViT-S/16 block's four linear shapes (torch_gemm_gflops), the rate
+--mode dispatch times one MoE layer's forward + backward in both formulations, alternating (which
+one wins: docs/design.md "GMoE"). --mode gemm times torch.mm at a ViT-S/16 block's four linear shapes (torch_gemm_gflops), the rate
 PyTorch's side rests on. Prints torch_gmoe_step_s or torch_gmoe_eval_images_per_s (and torch_gmoe_eval_s), peak_rss_mb
 (ru_maxrss at the end), and every timed run on stderr. --compile wraps the model in torch.compile
 (inductor); --check compares both dispatch formulations with the dense reference layer and exits.
@@ -59,15 +60,20 @@ class FastGMoE(torch.nn.Module):
     """GMoE MoE-FFN (top-1, capacity, batch priority, expert dropout, l_aux) with index dispatch."""
 
     def __init__(self, mlp, dim, num_experts=6, capacity_factor=1.5, gate_noise=1.0, expert_dropout=0.1,
-                 dispatch="segments"):
+                 dispatch="padded"):
         super().__init__()
         E = num_experts
         self.gate = CosineGate(dim, E)
-        # fc1 as [E, D, H] and fc2 as [E, H, D]: x @ w without a transpose in addmm / baddbmm.
-        self.fc1_w = torch.nn.Parameter(mlp.fc1.weight.detach().t().contiguous().unsqueeze(0).repeat(E, 1, 1))
-        self.fc1_b = torch.nn.Parameter(mlp.fc1.bias.detach().clone().unsqueeze(0).repeat(E, 1))
-        self.fc2_w = torch.nn.Parameter(mlp.fc2.weight.detach().t().contiguous().unsqueeze(0).repeat(E, 1, 1))
-        self.fc2_b = torch.nn.Parameter(mlp.fc2.bias.detach().clone().unsqueeze(0).repeat(E, 1))
+        # fc1 as [D, H] and fc2 as [H, D]: x @ w without a transpose in addmm / baddbmm. Segments keep
+        # one parameter per expert: slicing a batched [E, ...] parameter would make every expert's
+        # backward fill and add a whole [E, ...] gradient (measured: ~10% of the layer's time).
+        w1, w2 = mlp.fc1.weight.detach().t().contiguous(), mlp.fc2.weight.detach().t().contiguous()
+        b1, b2 = mlp.fc1.bias.detach(), mlp.fc2.bias.detach()
+        if dispatch == "segments":
+            per_expert = lambda t: torch.nn.ParameterList([t.clone() for _ in range(E)])  # noqa: E731
+        else:
+            per_expert = lambda t: torch.nn.Parameter(t.unsqueeze(0).repeat(E, *[1] * t.dim()))  # noqa: E731
+        self.fc1_w, self.fc1_b, self.fc2_w, self.fc2_b = per_expert(w1), per_expert(b1), per_expert(w2), per_expert(b2)
         self.E, self.cf, self.gate_noise, self.p = E, capacity_factor, gate_noise, expert_dropout
         self.dispatch = dispatch
         self.noise = None  # a fixed [N, E] standard-normal tensor (--check), else drawn in training
@@ -182,10 +188,11 @@ def check():
             f.gate.cosine_projector.load_state_dict(g.cosine_projector.state_dict())
             f.gate.sim_matrix = torch.nn.Parameter(g.sim_matrix.detach().clone())
             f.gate.temperature.copy_(g.temperature)
-            f.fc1_w.copy_(ref.experts.batched_fc1_w.transpose(1, 2))
-            f.fc1_b.copy_(ref.experts.batched_fc1_bias)
-            f.fc2_w.copy_(ref.experts.batched_fc2_w)
-            f.fc2_b.copy_(ref.experts.batched_fc2_bias)
+            for e in range(E):
+                f.fc1_w[e].copy_(ref.experts.batched_fc1_w[e].t())
+                f.fc1_b[e].copy_(ref.experts.batched_fc1_bias[e])
+                f.fc2_w[e].copy_(ref.experts.batched_fc2_w[e])
+                f.fc2_b[e].copy_(ref.experts.batched_fc2_bias[e])
         f.noise = z
         f.eval()  # no dropout; the fixed noise still applies
         y = f(x)
@@ -218,15 +225,36 @@ def gemm_rate(rows, runs, warmup):
     print(f"torch_gemm_gflops: {flops / seconds / 1e9:.1f}")
 
 
+def compare_dispatch(images, runs, warmup):
+    """--mode dispatch: forward + backward of one MoE layer (training: noise, expert dropout, l_aux) on
+    images x 197 tokens, the two formulations alternating run by run; prints each one's median seconds."""
+    mlp = torch.nn.Module()
+    mlp.fc1, mlp.fc2 = torch.nn.Linear(384, 1536), torch.nn.Linear(1536, 384)
+    layers = {d: FastGMoE(mlp, 384, dispatch=d).train() for d in ("segments", "padded")}
+    x = torch.randn(images, 197, 384, requires_grad=True)
+    up = torch.randn(images, 197, 384)
+    times = {d: [] for d in layers}
+    for i in range(warmup + runs):
+        for d, layer in layers.items():
+            t0 = time.perf_counter()
+            loss = (layer(x) * up).sum() + 0.01 * layer.l_aux
+            loss.backward()
+            if i >= warmup:
+                times[d].append(time.perf_counter() - t0)
+    for d, t in times.items():
+        print(f"torch_moe_layer_{d}_fwd_bwd_s: {statistics.median(t):.4f}")
+        print(f"({d} runs s: {' '.join(f'{v:.3f}' for v in t)})", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=["train", "eval", "gemm"], default="train")
+    ap.add_argument("--mode", choices=["train", "eval", "gemm", "dispatch"], default="train")
     ap.add_argument("--images", type=int, default=None, help="batch (default 96 train, 64 eval)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--classes", type=int, default=7)
-    ap.add_argument("--dispatch", choices=["segments", "padded"], default="segments")
+    ap.add_argument("--dispatch", choices=["segments", "padded"], default="padded")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (inductor)")
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
@@ -237,6 +265,9 @@ def main():
     images = a.images or (96 if a.mode == "train" else 64)
     if a.mode == "gemm":
         gemm_rate(images * 197, a.runs, a.warmup)
+        return
+    if a.mode == "dispatch":
+        compare_dispatch(images, a.runs, a.warmup)
         return
     model, layers = build(a.classes, a.dispatch)
     g = torch.Generator().manual_seed(99)

@@ -18,10 +18,11 @@
 # router noise, expert dropout and drop-path, cross-entropy + 0.01 l_aux, backward, Adam); evaluation
 # is NoGrad / inference_mode forwards of EVAL_IMAGES images. Per process: WARMUP untimed runs, then
 # STEPS (train) or EVAL_RUNS (eval) timed ones, the process's figure their median.
-#   [STEP_IMAGES=96] [EVAL_IMAGES=64] [STEPS=1] [EVAL_RUNS=2] [WARMUP=1] [TORCH_DISPATCH=segments]
+#   [STEP_IMAGES=96] [EVAL_IMAGES=64] [STEPS=1] [EVAL_RUNS=2] [WARMUP=1] [TORCH_DISPATCH=padded]
 #   [TORCH_COMPILE=0] [GMOE_STEP_BIN=prebuilt bench_gmoe_step] bench/gmoe/run_gmoe_bench.sh [BUILD_DIR] [ROUNDS]
-# (default build-gmoe-bench, 3 rounds). TORCH_DISPATCH=padded takes Tutel's [E, C, D] slots with
-# baddbmm instead of per-expert segments (slower here, see docs/design.md "GMoE").
+# (default build-gmoe-bench, 3 rounds). TORCH_DISPATCH=segments takes per-expert token segments and
+# addmm instead of Tutel's padded [E, C, D] slots with baddbmm (slower here although the padded form
+# does 1.5x the expert FLOPs; gmoe_torch.py --mode dispatch compares them; docs/design.md "GMoE").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -32,7 +33,7 @@ eval_images=${EVAL_IMAGES:-64}
 steps=${STEPS:-1}
 eval_runs=${EVAL_RUNS:-2}
 warmup=${WARMUP:-1}
-dispatch=${TORCH_DISPATCH:-segments}
+dispatch=${TORCH_DISPATCH:-padded}
 compile=(); [ "${TORCH_COMPILE:-0}" = 1 ] && compile=(--compile)
 bin=${GMOE_STEP_BIN:-}
 if [ -z "$bin" ]; then  # stand-alone build of this folder
