@@ -23,7 +23,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,20 +39,11 @@ using namespace ttmoe;
 using bench::Clock;
 using bench::median;
 using bench::seconds_since;
+using bench::status_mb;
 using Model = models::GMoEVisionTransformer<float>;
 using Images = Tensor<float, DynShape<4>>;
 
 namespace {
-/// A "Vm...:" field of /proc/self/status ("VmHWM:") in MB; -1 where unavailable.
-double status_mb(const char* key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  const std::size_t k = std::strlen(key);
-  while (std::getline(f, line))
-    if (line.compare(0, k, key) == 0) return double(std::stoll(line.substr(k))) / 1024.0;
-  return -1;
-}
-
 void list(const char* what, const std::vector<double>& v) {  // every timed run, to judge the noise
   std::fprintf(stderr, "(%s s:", what);
   for (double t : v) std::fprintf(stderr, " %.3f", t);

@@ -35,21 +35,18 @@ eval_runs=${EVAL_RUNS:-2}
 warmup=${WARMUP:-1}
 dispatch=${TORCH_DISPATCH:-padded}
 compile=(); [ "${TORCH_COMPILE:-0}" = 1 ] && compile=(--compile)
+# shellcheck source=../openblas_core.sh
+. "$here/../openblas_core.sh"  # OpenBLAS's kernels for this CPU (they matter to a torch on OpenBLAS)
+# shellcheck source=../rounds.sh
+. "$here/../rounds.sh"
 bin=${GMOE_STEP_BIN:-}
 if [ -z "$bin" ]; then  # stand-alone build of this folder
   cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$build" --target bench_gmoe_step -j2 >/dev/null
   bin=$build/bench_gmoe_step
 fi
-torch_py=${TTMOE_BENCH_TORCH_PYTHON:-${TTMOE_VENV:-$HOME/.cache/ttmoe/venv}/bin/python}
-[ -x "$torch_py" ] || { echo "run_gmoe_bench: no PyTorch Python at $torch_py (run scripts/install-deps.sh)" >&2; exit 1; }
+find_torch_python run_gmoe_bench
 echo "# PyTorch side: $torch_py, torch $("$torch_py" -c 'import torch; print(torch.__version__)'), dispatch $dispatch${compile:+, torch.compile}"
-load() { cut -d' ' -f1 /proc/loadavg; }
-field() { awk -v k="$1:" '$1 == k {print $2}'; }
-med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-div() { python3 -c "print(f'{$1 / $2:.3f}')"; }
-declare -A per_round  # figure name -> its per-round values, space-separated
-keep() { [ -z "$2" ] || per_round[$1]+="$2 "; }
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
 fail() { echo "run_gmoe_bench: $1 failed:" >&2; tail -20 "$err" >&2; exit 1; }
@@ -59,41 +56,39 @@ torch_run() {
   OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE "$torch_py" "$here/gmoe_torch.py" --threads 2 --dispatch "$dispatch" \
     "${compile[@]}" "$@"
 }
+# One round of MODE (train or eval) with IMAGES images and RUNS timed runs per process: a ttmoe
+# process, then a PyTorch one; keeps the round's figures. Evaluation rounds also time both GEMM rates.
+round() {
+  local mode=$1 images=$2 runs=$3 r=$4 l0 c p cv pv what unit ratio name
+  l0=$(load)
+  c=$("$bin" --mode "$mode" --images "$images" --threads 2 --runs "$runs" --warmup "$warmup" 2>"$err") || fail "$bin"
+  p=$(torch_run --mode "$mode" --images "$images" --runs "$runs" --warmup "$warmup" 2>"$err") || fail "gmoe_torch.py"
+  if [ "$mode" = train ]; then
+    what=step_s unit=s name=gmoe_train_step_speedup_vs_pytorch
+    cv=$(field ttmoe_gmoe_step_s <<<"$c") pv=$(field torch_gmoe_step_s <<<"$p") ratio=$(div "$pv" "$cv")
+  else
+    what=eval_images_per_s unit=" img/s" name=gmoe_eval_speedup_vs_pytorch
+    cv=$(field ttmoe_gmoe_eval_images_per_s <<<"$c") pv=$(field torch_gmoe_eval_images_per_s <<<"$p") ratio=$(div "$cv" "$pv")
+  fi
+  keep "$name" "$ratio"
+  keep "gmoe_ttmoe_$what" "$cv"; keep "gmoe_torch_$what" "$pv"
+  keep "gmoe_ttmoe_${mode}_peak_rss_mb" "$(field peak_rss_mb <<<"$c")"
+  keep "gmoe_torch_${mode}_peak_rss_mb" "$(field peak_rss_mb <<<"$p")"
+  local line="# $mode round $r (load $l0 -> $(load)): ttmoe $cv$unit rss $(field peak_rss_mb <<<"$c")MB"
+  line+=" | torch $pv$unit rss $(field peak_rss_mb <<<"$p")MB | speedup $ratio"
+  if [ "$mode" = eval ]; then  # the GEMM rate each side's arithmetic rests on, at the evaluation's token rows
+    c=$("$bin" --mode gemm --images "$images" --threads 2 --runs 3 --warmup 1 2>"$err") || fail "$bin --mode gemm"
+    p=$(torch_run --mode gemm --images "$images" --runs 3 --warmup 1 2>"$err") || fail "gmoe_torch.py --mode gemm"
+    keep gmoe_ttmoe_gemm_gflops "$(field ttmoe_gemm_gflops <<<"$c")"; keep gmoe_torch_gemm_gflops "$(field torch_gemm_gflops <<<"$p")"
+    line+=" | GEMM rate ttmoe $(field ttmoe_gemm_gflops <<<"$c") torch $(field torch_gemm_gflops <<<"$p") GFLOP/s"
+  fi
+  echo "$line"
+}
 echo "# train: $step_images images of 224 px per step, $steps timed step(s) after $warmup warm-up per process, $rounds rounds"
-for r in $(seq 1 "$rounds"); do
-  l0=$(load)
-  c=$("$bin" --mode train --images "$step_images" --threads 2 --runs "$steps" --warmup "$warmup" 2>"$err") || fail "$bin"
-  p=$(torch_run --mode train --images "$step_images" --runs "$steps" --warmup "$warmup" 2>"$err") || fail "gmoe_torch.py"
-  cs=$(field ttmoe_gmoe_step_s <<<"$c"); ps=$(field torch_gmoe_step_s <<<"$p")
-  cr=$(field peak_rss_mb <<<"$c"); pr=$(field peak_rss_mb <<<"$p")
-  keep gmoe_train_step_speedup_vs_pytorch "$(div "$ps" "$cs")"
-  keep gmoe_ttmoe_step_s "$cs"; keep gmoe_torch_step_s "$ps"
-  keep gmoe_ttmoe_train_peak_rss_mb "$cr"; keep gmoe_torch_train_peak_rss_mb "$pr"
-  echo "# train round $r (load $l0 -> $(load)): ttmoe ${cs}s rss ${cr}MB | torch ${ps}s rss ${pr}MB | speedup $(div "$ps" "$cs")"
-done
+for r in $(seq 1 "$rounds"); do round train "$step_images" "$steps" "$r"; done
 echo "# eval: $eval_images images per forward, $eval_runs timed forward(s) after $warmup warm-up per process, $rounds rounds"
-for r in $(seq 1 "$rounds"); do
-  l0=$(load)
-  c=$("$bin" --mode eval --images "$eval_images" --threads 2 --runs "$eval_runs" --warmup "$warmup" 2>"$err") || fail "$bin"
-  p=$(torch_run --mode eval --images "$eval_images" --runs "$eval_runs" --warmup "$warmup" 2>"$err") || fail "gmoe_torch.py"
-  ci=$(field ttmoe_gmoe_eval_images_per_s <<<"$c"); pi=$(field torch_gmoe_eval_images_per_s <<<"$p")
-  cr=$(field peak_rss_mb <<<"$c"); pr=$(field peak_rss_mb <<<"$p")
-  keep gmoe_eval_speedup_vs_pytorch "$(div "$ci" "$pi")"
-  keep gmoe_ttmoe_eval_images_per_s "$ci"; keep gmoe_torch_eval_images_per_s "$pi"
-  keep gmoe_ttmoe_eval_peak_rss_mb "$cr"; keep gmoe_torch_eval_peak_rss_mb "$pr"
-  # The GEMM rate each side's arithmetic rests on, at the evaluation's token rows.
-  cg=$("$bin" --mode gemm --images "$eval_images" --threads 2 --runs 3 --warmup 1 2>"$err") || fail "$bin --mode gemm"
-  pg=$(torch_run --mode gemm --images "$eval_images" --runs 3 --warmup 1 2>"$err") || fail "gmoe_torch.py --mode gemm"
-  keep gmoe_ttmoe_gemm_gflops "$(field ttmoe_gemm_gflops <<<"$cg")"; keep gmoe_torch_gemm_gflops "$(field torch_gemm_gflops <<<"$pg")"
-  echo "# eval round $r (load $l0 -> $(load)): ttmoe ${ci} img/s rss ${cr}MB | torch ${pi} img/s rss ${pr}MB | speedup $(div "$ci" "$pi")" \
-       "| GEMM rate ttmoe $(field ttmoe_gemm_gflops <<<"$cg") torch $(field torch_gemm_gflops <<<"$pg") GFLOP/s"
-done
-la=$(load)
-for name in gmoe_train_step_speedup_vs_pytorch gmoe_eval_speedup_vs_pytorch gmoe_ttmoe_step_s gmoe_torch_step_s \
-            gmoe_ttmoe_eval_images_per_s gmoe_torch_eval_images_per_s gmoe_ttmoe_train_peak_rss_mb \
-            gmoe_torch_train_peak_rss_mb gmoe_ttmoe_eval_peak_rss_mb gmoe_torch_eval_peak_rss_mb \
-            gmoe_ttmoe_gemm_gflops gmoe_torch_gemm_gflops; do
-  [ -n "${per_round[$name]:-}" ] || continue
-  read -ra v <<<"${per_round[$name]}"
-  echo "$name: $(med "${v[@]}")   (per round: ${v[*]}; load now $la)"
-done
+for r in $(seq 1 "$rounds"); do round eval "$eval_images" "$eval_runs" "$r"; done
+print_medians gmoe_train_step_speedup_vs_pytorch gmoe_eval_speedup_vs_pytorch gmoe_ttmoe_step_s gmoe_torch_step_s \
+              gmoe_ttmoe_eval_images_per_s gmoe_torch_eval_images_per_s gmoe_ttmoe_train_peak_rss_mb \
+              gmoe_torch_train_peak_rss_mb gmoe_ttmoe_eval_peak_rss_mb gmoe_torch_eval_peak_rss_mb \
+              gmoe_ttmoe_gemm_gflops gmoe_torch_gemm_gflops
