@@ -59,7 +59,7 @@ torch_run() {
 # One round of MODE (train or eval) with IMAGES images and RUNS timed runs per process: a ttmoe
 # process, then a PyTorch one; keeps the round's figures. Evaluation rounds also time both GEMM rates.
 round() {
-  local mode=$1 images=$2 runs=$3 r=$4 l0 c p cv pv what unit ratio name
+  local mode=$1 images=$2 runs=$3 r=$4 l0 c p cv pv what unit ratio name line
   l0=$(load)
   c=$("$bin" --mode "$mode" --images "$images" --threads 2 --runs "$runs" --warmup "$warmup" 2>"$err") || fail "$bin"
   p=$(torch_run --mode "$mode" --images "$images" --runs "$runs" --warmup "$warmup" 2>"$err") || fail "gmoe_torch.py"
@@ -74,7 +74,7 @@ round() {
   keep "gmoe_ttmoe_$what" "$cv"; keep "gmoe_torch_$what" "$pv"
   keep "gmoe_ttmoe_${mode}_peak_rss_mb" "$(field peak_rss_mb <<<"$c")"
   keep "gmoe_torch_${mode}_peak_rss_mb" "$(field peak_rss_mb <<<"$p")"
-  local line="# $mode round $r (load $l0 -> $(load)): ttmoe $cv$unit rss $(field peak_rss_mb <<<"$c")MB"
+  line="# $mode round $r (load $l0 -> $(load)): ttmoe $cv$unit rss $(field peak_rss_mb <<<"$c")MB"
   line+=" | torch $pv$unit rss $(field peak_rss_mb <<<"$p")MB | speedup $ratio"
   if [ "$mode" = eval ]; then  # the GEMM rate each side's arithmetic rests on, at the evaluation's token rows
     c=$("$bin" --mode gemm --images "$images" --threads 2 --runs 3 --warmup 1 2>"$err") || fail "$bin --mode gemm"
