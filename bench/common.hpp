@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 namespace bench {
@@ -28,6 +31,16 @@ inline double median(std::vector<double> v) {
 inline int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;
+}
+
+/// A "Vm...:" field of /proc/self/status ("VmRSS:", "VmHWM:") in MB; -1 where unavailable.
+inline double status_mb(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::size_t k = std::strlen(key);
+  while (std::getline(f, line))
+    if (line.compare(0, k, key) == 0) return double(std::stoll(line.substr(k))) / 1024.0;
+  return -1;
 }
 
 }  // namespace bench

@@ -39,20 +39,11 @@ using namespace ttmoe;
 using bench::Clock;
 using bench::median;
 using bench::seconds_since;
+using bench::status_mb;
 using Model = models::VisionTransformer<float>;
 using Images = Tensor<float, DynShape<4>>;
 
 namespace {
-/// A "Vm...:" field of /proc/self/status ("VmRSS:", "VmHWM:") in MB; -1 where unavailable.
-double status_mb(const char* key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  const std::size_t k = std::strlen(key);
-  while (std::getline(f, line))
-    if (line.compare(0, k, key) == 0) return double(std::stoll(line.substr(k))) / 1024.0;
-  return -1;
-}
-
 // --profile: one MoETTA step on a fresh process (right after conversion, so RSS growth is not hidden
 // by memory the allocator kept from earlier steps), with the same ops as
 // tta::MoETTA::adapt_and_predict, timed by part, with VmRSS / VmHWM after each part and the tape's

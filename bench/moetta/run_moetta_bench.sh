@@ -40,16 +40,11 @@ if [ -z "$bin" ]; then  # stand-alone build of this folder
   cmake --build "$build" --target bench_moetta_step -j2 >/dev/null
   bin=$build/bench_moetta_step
 fi
-torch_py=${TTMOE_BENCH_TORCH_PYTHON:-${TTMOE_VENV:-$HOME/.cache/ttmoe/venv}/bin/python}
-[ -x "$torch_py" ] || { echo "run_moetta_bench: no PyTorch Python at $torch_py (run scripts/install-deps.sh)" >&2; exit 1; }
+# shellcheck source=../rounds.sh
+. "$here/../rounds.sh"
+find_torch_python run_moetta_bench
 echo "# PyTorch side: $torch_py, torch $("$torch_py" -c 'import torch; print(torch.__version__)')"
 pf=(); [ "$plain" = 1 ] && pf=(--plain-forward)
-load() { cut -d' ' -f1 /proc/loadavg; }
-field() { awk -v k="$1:" '$1 == k {print $2}'; }
-med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-div() { python3 -c "print(f'{$1 / $2:.3f}')"; }
-declare -A per_round  # figure name -> its per-round values, space-separated
-keep() { [ -z "$2" ] || per_round[$1]+="$2 "; }
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
 fail() { echo "run_moetta_bench: $1 failed:" >&2; tail -20 "$err" >&2; exit 1; }
@@ -78,12 +73,7 @@ for r in $(seq 1 "$rounds"); do
   fi
   echo "$line"
 done
-la=$(load)
-for name in moetta_step_over_forward moetta_step_speedup_vs_pytorch_moetta moetta_step_peak_rss_vs_pytorch_moetta \
-            vit_b16_forward_speedup_vs_pytorch moetta_ttmoe_step_s moetta_ttmoe_noadapt_forward_s moetta_torch_step_s \
-            moetta_ttmoe_peak_rss_mb moetta_torch_peak_rss_mb vit_b16_ttmoe_forward_s vit_b16_torch_forward_s \
-            moetta_ttmoe_converted_forward_s moetta_torch_converted_forward_s; do
-  [ -n "${per_round[$name]:-}" ] || continue
-  read -ra v <<<"${per_round[$name]}"
-  echo "$name: $(med "${v[@]}")   (per round: ${v[*]}; load now $la)"
-done
+print_medians moetta_step_over_forward moetta_step_speedup_vs_pytorch_moetta moetta_step_peak_rss_vs_pytorch_moetta \
+              vit_b16_forward_speedup_vs_pytorch moetta_ttmoe_step_s moetta_ttmoe_noadapt_forward_s moetta_torch_step_s \
+              moetta_ttmoe_peak_rss_mb moetta_torch_peak_rss_mb vit_b16_ttmoe_forward_s vit_b16_torch_forward_s \
+              moetta_ttmoe_converted_forward_s moetta_torch_converted_forward_s
