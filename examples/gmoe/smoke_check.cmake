@@ -4,7 +4,7 @@
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 execute_process(COMMAND ${GMOE} --cache ${WORK}/cache --steps 4 --checkpoint-every 2 --trials 1 --per-domain 8
-                        --eval-per-domain 40 --figure ${WORK}/routing.png
+                        --digits-per-class 4 --figure ${WORK}/routing.png
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "gmoe failed (${rc}):\n${out}\n${err}")
