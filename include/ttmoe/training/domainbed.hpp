@@ -26,6 +26,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -100,11 +101,16 @@ struct StepBatch {
   data::ImageBatch images;
 };
 
+/// The batch's images as a [B, C, H, W] tensor of T (converted from the decoded floats if T is not float).
 template <class T>
 Tensor<T, DynShape<4>> image_tensor(const data::ImageBatch& b) {
-  const auto n = index_t(b.size());
-  return Tensor<T, DynShape<4>>::from_host(DynShape<4>(n, index_t(b.channels), index_t(b.height), index_t(b.width)),
-                                           std::span<const float>(b.images));
+  const DynShape<4> shape(index_t(b.size()), index_t(b.channels), index_t(b.height), index_t(b.width));
+  if constexpr (std::is_same_v<T, float>) {
+    return Tensor<T, DynShape<4>>::from_host(shape, std::span<const float>(b.images));
+  } else {
+    const std::vector<T> converted(b.images.begin(), b.images.end());
+    return Tensor<T, DynShape<4>>::from_host(shape, std::span<const T>(converted));
+  }
 }
 
 /// Sets the model's training switch where it has one (GMoE: noise, expert dropout, drop-path).
@@ -115,8 +121,8 @@ void set_training(Model& model, bool on) {
 }  // namespace domainbed_detail
 
 /// Top-1 accuracy of `model` on images `indices` of environment `env` (evaluation transform, no
-/// gradient, training switch off); NaN for an empty subset.
-template <class Model>
+/// gradient, training switch off); NaN for an empty subset. T is the model's element type.
+template <class Model, class T = float>
 double evaluate_accuracy(Model& model, const data::DomainBedDataset& ds, std::size_t env,
                          const std::vector<std::size_t>& indices, const data::EvalTransform& eval, int channels,
                          std::size_t batch = 64) {
@@ -126,7 +132,7 @@ double evaluate_accuracy(Model& model, const data::DomainBedDataset& ds, std::si
   auto stream = data::evaluation_stream(ds, env, indices, eval, channels, batch);
   std::size_t correct = 0;
   while (auto b = stream.next()) {
-    const auto logits = model.forward(domainbed_detail::image_tensor<float>(*b)).to_vector();
+    const auto logits = model.forward(domainbed_detail::image_tensor<T>(*b)).to_vector();
     const std::size_t classes = logits.size() / b->size();
     for (std::size_t i = 0; i < b->size(); ++i) {
       const auto row = logits.begin() + std::ptrdiff_t(i * classes);
@@ -138,14 +144,14 @@ double evaluate_accuracy(Model& model, const data::DomainBedDataset& ds, std::si
 }
 
 /// The accuracy of every environment's `in` and `out` split, as a record of step `step`.
-template <class Model>
+template <class Model, class T = float>
 CheckpointRecord evaluate_checkpoint(Model& model, const data::DomainBedDataset& ds,
                                      const std::vector<data::EnvironmentSplit>& splits, const DomainBedTrainOptions& o,
                                      std::int64_t step, double loss) {
   CheckpointRecord r{step, o.test_env, o.trial_seed, loss, {}, {}};
   for (std::size_t e = 0; e < ds.environments.size(); ++e) {
-    r.in_acc.push_back(evaluate_accuracy(model, ds, e, splits[e].in, o.eval, o.channels, o.eval_batch));
-    r.out_acc.push_back(evaluate_accuracy(model, ds, e, splits[e].out, o.eval, o.channels, o.eval_batch));
+    r.in_acc.push_back(evaluate_accuracy<Model, T>(model, ds, e, splits[e].in, o.eval, o.channels, o.eval_batch));
+    r.out_acc.push_back(evaluate_accuracy<Model, T>(model, ds, e, splits[e].out, o.eval, o.channels, o.eval_batch));
   }
   return r;
 }
@@ -155,10 +161,9 @@ CheckpointRecord evaluate_checkpoint(Model& model, const data::DomainBedDataset&
 /// every evaluation record. Throws data::DomainBedError for a test_env out of range or an empty
 /// training split, io::ImageError naming an unreadable image, CheckpointError / io::CheckpointError
 /// for a checkpoint in run_dir that does not fit the model, RecordsError for a results file of another
-/// run, and NonFiniteLoss.
-template <class Model>
+/// run, and NonFiniteLoss. T is the model's element type (the images are decoded as floats).
+template <class Model, class T = float>
 DomainBedRun train_domainbed(Model& model, const data::DomainBedDataset& ds, const DomainBedTrainOptions& o) {
-  using T = float;
   const auto t0 = std::chrono::steady_clock::now();
   data::check_test_env(o.test_env, ds.environments.size(), "test_env");
   if (o.hparams.steps == 0) throw std::invalid_argument("train_domainbed: steps must be >= 1");
@@ -187,7 +192,7 @@ DomainBedRun train_domainbed(Model& model, const data::DomainBedDataset& ds, con
     }
   }
   auto record = [&](std::int64_t step, double loss) {
-    run.records.push_back(evaluate_checkpoint(model, ds, splits, o, step, loss));
+    run.records.push_back(evaluate_checkpoint<Model, T>(model, ds, splits, o, step, loss));
     if (!records_path.empty()) write_records(run.records, records_path);
     if (o.on_record) o.on_record(run.records.back());
   };
