@@ -211,10 +211,8 @@ inline void run_experiment(const Experiment& x, const std::filesystem::path& fig
   }
   if (!routing.empty()) {
     const std::size_t E = std::size_t(x.models.back().config.num_experts);
-    std::string rows_desc;
-    for (const auto& d : domains) rows_desc += (rows_desc.empty() ? "" : ", ") + d;
-    save_routing_figure(routing, moe_blocks, domains.size(), E,
-                        fmt::format("{}: tokens per expert (rows {}; columns experts 0-{})", x.ds.name, rows_desc, E - 1),
+    // The grid title must fit above two tiles: the row order (domains sorted) is in the README.
+    save_routing_figure(routing, moe_blocks, domains.size(), E, "tokens per expert (rows: domains)",
                         figure);
     fmt::print("\nExpert routing (fraction of each domain's tokens per expert, trial 0): {}\n", figure.string());
   }
