@@ -65,27 +65,38 @@ void save_checkpoint(Model& model, const Optimizer& opt, std::size_t step, const
   w.write(path);
 }
 
+/// A non-negative count stored as metadata `key` of a training checkpoint; CheckpointError naming
+/// the file and key when it is absent or not a count.
+inline std::int64_t checkpoint_count(const io::SafetensorsFile& file, const char* key, const std::filesystem::path& path) {
+  const auto& meta = file.metadata();
+  auto it = meta.find(key);
+  if (it == meta.end()) throw CheckpointError(path.string() + ": no '" + key + "' metadata (not a training checkpoint)");
+  std::size_t pos = 0;
+  std::int64_t v = -1;
+  try {
+    v = std::stoll(it->second, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos == 0 || pos != it->second.size() || v < 0)
+    throw CheckpointError(path.string() + ": metadata '" + key + "' = '" + it->second + "' is not a step count");
+  return v;
+}
+
+/// The completed step count of the training checkpoint at `path` (what a resume starts from),
+/// read without touching a model.
+inline std::size_t checkpoint_step(const std::filesystem::path& path) {
+  io::SafetensorsFile file(path);
+  return std::size_t(checkpoint_count(file, kStepKey, path));
+}
+
 /// Reads a checkpoint written by save_checkpoint into `model` and `opt`; returns the completed step
 /// count. Throws io::CheckpointError (parameters that do not fit) or training::CheckpointError
 /// (missing or malformed step metadata), before changing anything on a mismatch of the model.
 template <class Model, StatefulOptimizer Optimizer>
 std::size_t load_checkpoint(Model& model, Optimizer& opt, const std::filesystem::path& path) {
   io::SafetensorsFile file(path);
-  const auto& meta = file.metadata();
-  auto number = [&](const char* key) -> std::int64_t {
-    auto it = meta.find(key);
-    if (it == meta.end()) throw CheckpointError(path.string() + ": no '" + key + "' metadata (not a training checkpoint)");
-    std::size_t pos = 0;
-    std::int64_t v = -1;
-    try {
-      v = std::stoll(it->second, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    if (pos == 0 || pos != it->second.size() || v < 0)
-      throw CheckpointError(path.string() + ": metadata '" + key + "' = '" + it->second + "' is not a step count");
-    return v;
-  };
+  auto number = [&](const char* key) { return checkpoint_count(file, key, path); };
   const std::int64_t step = number(kStepKey), opt_steps = number(kOptimizerStepsKey);
   using State = std::remove_cvref_t<decltype(opt.state_dict())>;
   using T = typename std::remove_cvref_t<decltype(State{}.tensors)>::value_type::second_type::value_type;
