@@ -98,8 +98,12 @@ struct GMoEVisionTransformer {
     const index_t B = images.extent(0), Dm = config.vit.embed_dim;
     Tokens x = vit.embed(images);
     const index_t N = B * x.extent(1);
+    // The head reads only the class token: a dense last block (GMoE's block 11) runs everything
+    // after its attention core on that token alone (class_token_tail), ~6% of a GMoE-S/16 forward.
+    const index_t depth = index_t(vit.blocks.size());
+    const bool dense_last = depth > 0 && !is_moe_block(depth - 1);
     std::size_t m = 0;
-    for (index_t i = 0; i < index_t(vit.blocks.size()); ++i) {
+    for (index_t i = 0; i < depth - index_t(dense_last); ++i) {
       const auto& b = vit.blocks[std::size_t(i)];
       const double dp = training ? config.drop_path_rate(i) : 0.0;
       if (!is_moe_block(i) && dp <= 0.0) {
@@ -121,8 +125,22 @@ struct GMoEVisionTransformer {
       x = h + nn::drop_path(f, dp, training, rng);
     }
     // LayerNorm is per token: normalising only the class token gives the same logits.
-    Tokens cls = vit.norm(Tokens(narrow<1>(x, 0, 1)));
+    Tokens cls = dense_last ? class_token_tail(x) : vit.norm(Tokens(narrow<1>(x, 0, 1)));
     return vit.head(cls.reshape(DynShape<2>(B, Dm)));
+  }
+
+  /// The dense last block and the final norm on the class token only: x [B, T, D] (the last block's
+  /// input) -> the normalised class token [B, 1, D], equal to row 0 of norm(block(x)). Keys and values
+  /// need every token; the output projection, norm2, the MLP, the residuals and the final norm are
+  /// per token. Drop-path masks are per sample ([B, 1, 1]), so they draw what the full block draws.
+  Tokens class_token_tail(const Tokens& x) {
+    const auto& b = vit.blocks.back();
+    const double dp = training ? config.drop_path_rate(index_t(vit.blocks.size()) - 1) : 0.0;
+    if (dp <= 0.0) return vit.last_block_class_token(x);
+    const Tokens x0 = narrow<1>(x, 0, 1);
+    const Tokens a0 = narrow<1>(b.attn.heads(b.norm1(x)), 0, 1);
+    const Tokens h0 = x0 + nn::drop_path(b.attn.proj(a0), dp, true, rng);
+    return vit.norm(Tokens(h0 + nn::drop_path(b.mlp(b.norm2(h0)), dp, true, rng)));
   }
   template <class S>
   auto operator()(const Tensor<T, S, D>& images) {
