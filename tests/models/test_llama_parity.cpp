@@ -147,7 +147,7 @@ TEST_CASE("llama hf folder: truncated shard and missing shard are errors naming 
     try {
       models::load_llama<float>(tmp);
       FAIL("no error");
-    } catch (const io::CheckpointError& e) {
+    } catch (const nn::CheckpointError& e) {
       CHECK(e.problems().size() == 3 + 9);  // 3 mis-shaped MLP weights of layer 0, 9 tensors of layer 1
       CHECK(std::string(e.what()).find("model.layers.0.mlp.up_proj.weight") != std::string::npos);
       CHECK(std::string(e.what()).find("unexpected key 'model.layers.1.self_attn.q_proj.weight'") != std::string::npos);

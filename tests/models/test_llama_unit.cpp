@@ -480,7 +480,7 @@ TEST_CASE("peft adapter files: save and load round trip, errors name the file, k
     models::LlamaForCausalLM<float> o(other, 1);
     try {
       models::load_peft_adapter(dir, o);
-    } catch (const io::CheckpointError& e) {
+    } catch (const nn::CheckpointError& e) {
       CHECK(e.path() == (dir / "adapter_model.safetensors").string());
       return e.what();
     }
@@ -525,7 +525,7 @@ TEST_CASE("peft adapter files: save and load round trip, errors name the file, k
     std::string msg;
     try {
       models::load_peft_adapter(dir, m);
-    } catch (const io::CheckpointError& e) {
+    } catch (const nn::CheckpointError& e) {
       msg = e.what();
     }
     INFO(msg);
