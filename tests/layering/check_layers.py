@@ -30,22 +30,28 @@ class TableError(Exception):
     pass
 
 
-def parse_table(design_md):
-    """Returns {folder or top-level header: floor} from the table under '## Floors'."""
-    floors, in_section = {}, False
+def table_rows(design_md, section, row):
+    """The matches of regex `row` among the lines of section `## <section>` of design.md."""
+    in_section = False
     with open(design_md, encoding="utf-8") as f:
         for line in f:
             if line.startswith("## "):
-                in_section = line.strip() == "## Floors"
+                in_section = line.strip() == f"## {section}"
                 continue
-            m = ROW.match(line) if in_section else None
-            if not m:
-                continue
-            for name in NAME.findall(m.group(2)):
-                name = name.strip().rstrip("/")
-                if name in floors:
-                    raise TableError(f"{design_md}: `{name}` appears twice in the layer table")
-                floors[name] = int(m.group(1))
+            m = row.match(line) if in_section else None
+            if m:
+                yield m
+
+
+def parse_table(design_md):
+    """Returns {folder or top-level header: floor} from the table under '## Floors'."""
+    floors = {}
+    for m in table_rows(design_md, "Floors", ROW):
+        for name in NAME.findall(m.group(2)):
+            name = name.strip().rstrip("/")
+            if name in floors:
+                raise TableError(f"{design_md}: `{name}` appears twice in the layer table")
+            floors[name] = int(m.group(1))
     if not floors:
         raise TableError(f"{design_md}: no layer table (rows `| floor | `folder`, ... | ... |`) under '## Floors'")
     return floors
@@ -58,19 +64,12 @@ NS_TOKEN = re.compile(r""""(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|\bnamespace\s+([A-
 def parse_namespaces(design_md):
     """Returns {folder or top-level header: (namespace, {also-opened namespaces})} from the table under
     '## Namespaces' (rows `| `folder` | `ttmoe::x` | `ttmoe::y` (why), ... |`)."""
-    table, in_section = {}, False
-    with open(design_md, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("## "):
-                in_section = line.strip() == "## Namespaces"
-                continue
-            m = NS_ROW.match(line) if in_section else None
-            if not m:
-                continue
-            unit = m.group(1).strip().rstrip("/")
-            if unit in table:
-                raise TableError(f"{design_md}: `{unit}` appears twice in the namespace table")
-            table[unit] = (m.group(2).strip(), set(NAME.findall(m.group(3))))
+    table = {}
+    for m in table_rows(design_md, "Namespaces", NS_ROW):
+        unit = m.group(1).strip().rstrip("/")
+        if unit in table:
+            raise TableError(f"{design_md}: `{unit}` appears twice in the namespace table")
+        table[unit] = (m.group(2).strip(), set(NAME.findall(m.group(3))))
     if not table:
         raise TableError(f"{design_md}: no namespace table (rows `| `folder` | `namespace` | ... |`) under '## Namespaces'")
     return table
@@ -285,20 +284,18 @@ def self_test(root):
         return "an include of a header that does not exist"
     run(missing_target, False, ("no_such_header.hpp, which does not exist",))
 
-    def foreign_namespace(tmp):
-        append_line(tmp, "include/ttmoe/nn/linear.hpp", "namespace ttmoe::io {\nstruct Stray {};\n}")
-        return "nn/linear.hpp opening ttmoe::io"
-    run(foreign_namespace, False, ("include/ttmoe/nn/linear.hpp:", "opens namespace ttmoe::io, which belongs to `io`"))
-
-    def nested_foreign(tmp):
-        append_line(tmp, "include/ttmoe/ops/matmul.hpp", "namespace ttmoe {\nnamespace nn {\nstruct Stray {};\n}\n}")
-        return "ops/matmul.hpp opening ttmoe::nn through nested blocks"
-    run(nested_foreign, False, ("opens namespace ttmoe::nn, which belongs to `nn`",))
-
-    def detail_ok(tmp):
-        append_line(tmp, "include/ttmoe/nn/linear.hpp", "namespace ttmoe::nn::linear_detail {\nstruct Helper {};\n}")
-        return "a detail sub-namespace (allowed)"
-    run(detail_ok, True)
+    # Namespaces: (header, text appended to it, label, whether the check passes, expected output).
+    namespace_cases = [
+        ("include/ttmoe/nn/linear.hpp", "namespace ttmoe::io {\nstruct Stray {};\n}", "nn/linear.hpp opening ttmoe::io",
+         False, ("include/ttmoe/nn/linear.hpp:", "opens namespace ttmoe::io, which belongs to `io`")),
+        ("include/ttmoe/ops/matmul.hpp", "namespace ttmoe {\nnamespace nn {\nstruct Stray {};\n}\n}",
+         "ops/matmul.hpp opening ttmoe::nn through nested blocks", False,
+         ("opens namespace ttmoe::nn, which belongs to `nn`",)),
+        ("include/ttmoe/nn/linear.hpp", "namespace ttmoe::nn::linear_detail {\nstruct Helper {};\n}",
+         "a detail sub-namespace (allowed)", True, ()),
+    ]
+    for rel, text, label, ok, expect in namespace_cases:
+        run(lambda tmp, rel=rel, text=text, label=label: (append_line(tmp, rel, text), label)[1], ok, expect)
 
     def no_ns_row(tmp):
         design = os.path.join(tmp, "docs", "design.md")
