@@ -5,8 +5,9 @@
 // At test time the library headers are parsed for every tape-node name an op can record: the name
 // given to `record(...)` (ops/record.hpp) or to `Recorder::push(...)` (core, expr:
 // `autograd::active_recorder()->push(...)`), whether it is a string literal at the call
-// (`record("matmul", ...)`, `record(Log ? "log_softmax" : "softmax", ...)`) or is forwarded through a `const char* name` parameter (`extremum(x, "max")`, `layer_norm_rows(...,
-// "grouped_layernorm")`, or that parameter's default). A name belongs to the gradcheck executable of
+// (`record("matmul", ...)`, `record(Log ? "log_softmax" : "softmax", ...)`) or is forwarded through `const char* name`
+// parameters, any number of functions deep (`max` -> `extremum(x, "max")` -> `reduce_along(x, name, ...)`,
+// `layer_norm_rows(..., "grouped_layernorm")`, or a parameter's default). A name belongs to the gradcheck executable of
 // the directory where it is spelled: include/ttmoe/moe/ -> test_moe_gradcheck, anything else (core,
 // expr, ops, autograd, backend, nn, models, tta, io, top-level headers) -> test_gradcheck. Each
 // executable's coverage test then checks, for the names it owns:
