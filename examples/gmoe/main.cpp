@@ -148,7 +148,7 @@ struct Experiment {
 /// A model of `spec`, from the --init checkpoint (ViT weights, head left fresh) or random.
 inline Model make_model(const ModelSpec& spec, const std::string& init, std::uint64_t seed) {
   if (init.empty()) return Model(spec.config, seed);
-  io::LoadOptions lo;
+  nn::LoadOptions lo;
   lo.skip = {"head.*"};
   lo.ignore_keys = {"head.*"};
   return models::gmoe_from_vit_checkpoint<float>(init, spec.config, seed, lo);

@@ -198,7 +198,7 @@ inline Model load_fashion_checkpoint(const std::filesystem::path& path) {
   c.embed_dim = j.at("embed_dim"), c.depth = j.at("depth"), c.num_heads = j.at("num_heads");
   c.mlp_hidden = j.at("mlp_hidden"), c.num_classes = j.at("num_classes"), c.eps = j.at("eps");
   Model m(c, 0);
-  io::load_state(m, file);
+  nn::load_state(m, file);
   return m;
 }
 
@@ -226,7 +226,7 @@ inline std::filesystem::path ensure_fashion_model(const FashionSetup& f, const s
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double acc = fashion_accuracy(m, test, f);
   const auto tmp = path.string() + ".tmp";  // write then rename: an interrupted run leaves no half file
-  io::save_state(m, tmp, io::timm_names(), io::DType::F32,
+  nn::save_state(m, tmp, io::timm_names(), io::DType::F32,
                  {{"ttmoe.vit_config", config_json(f)}, {"ttmoe.clean_test_accuracy", fmt::format("{:.2f}", 100 * acc)},
                   {"ttmoe.training_seconds", fmt::format("{:.0f}", secs)}});
   std::filesystem::rename(tmp, path);

@@ -53,7 +53,7 @@ inline Model load_vit_b16(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) throw std::runtime_error("--checkpoint: file " + path.string() + " does not exist");
   io::SafetensorsFile f(path);
   Model m(models::vit_base_patch16(), 0);
-  io::load_state(m, f, detect_names(f));
+  nn::load_state(m, f, detect_names(f));
   return m;
 }
 

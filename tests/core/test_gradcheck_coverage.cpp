@@ -105,8 +105,8 @@ TEST_CASE("gradcheck coverage parser finds forwarded and ternary node names", "[
 }
 
 TEST_CASE("gradcheck coverage parser flags a new op in a fake header tree", "[gradcheck][coverage]") {
-  // A throw-away include/ttmoe with a new op in moe/, a forwarded name with a default and a literal
-  // call in ops/, a commented-out record, and a call the parser cannot resolve in nn/: the parser
+  // A throw-away include/ttmoe with a new op in moe/, a forwarded name with a default, a literal
+  // call and a name forwarded through two functions in ops/, a commented-out record, and a call the parser cannot resolve in nn/: the parser
   // must find the new names in their directories, and the lists must then be reported incomplete
   // for the owning executable (this is what makes a new recorded op without a case fail).
   namespace fs = std::filesystem;
@@ -123,7 +123,10 @@ TEST_CASE("gradcheck coverage parser flags a new op in a fake header tree", "[gr
         "  return out;\n"
         "}\n"
         "inline auto twice(const X& x) { return fake_rows(x, 2, \"fake_forwarded\"); }\n"
-        "inline auto once(const X& x) { return fake_rows(x, 1); }\n");
+        "inline auto once(const X& x) { return fake_rows(x, 1); }\n"
+        // Two levels of forwarding (a shared frame handing on its caller's name, as reduce_along does).
+        "inline auto frame(const X& x, const char* tag) { return fake_rows(x, 4, tag); }\n"
+        "inline auto deep(const X& x) { return frame(x, \"fake_two_levels\"); }\n");
   write("moe/new_op.hpp",
         "// record(\"ghost_in_a_comment\", out, f)\n"
         "void new_op() { record(\"new_moe_op\", y, [=, a = f(1, 2)](const T* go) { go; }); }\n"
@@ -137,9 +140,11 @@ TEST_CASE("gradcheck coverage parser flags a new op in a fake header tree", "[gr
   REQUIRE(rec.dirs.count("fake_default") == 1);
   CHECK(rec.dirs.at("fake_default") == std::set<std::string>{"ops"});
   REQUIRE(rec.dirs.count("fake_forwarded") == 1);
+  REQUIRE(rec.dirs.count("fake_two_levels") == 1);
+  CHECK(rec.dirs.at("fake_two_levels") == std::set<std::string>{"ops"});
   CHECK(rec.dirs.count("ghost_in_a_comment") == 0);
-  CHECK(rec.dirs.size() == 3);
-  REQUIRE(rec.problems.size() == 1);  // nn/bad.hpp hands on a variable: reported, not skipped
+  CHECK(rec.dirs.size() == 4);
+  REQUIRE(rec.problems.size() == 1);  // nn/bad.hpp hands on a parameter nobody calls with a name: reported
   CHECK(rec.problems[0].first == "nn");
   CHECK_THAT(rec.problems[0].second, Catch::Contains("nn/bad.hpp") && Catch::Contains("label"));
 

@@ -14,15 +14,16 @@
 #include <ttmoe/data/augment.hpp>
 #include <ttmoe/data/domainbed.hpp>
 #include <ttmoe/data/domainbed_split.hpp>
-#include <ttmoe/io/safetensors.hpp>
+
+#include "fixture.hpp"
 
 using namespace ttmoe;
-using namespace ttmoe::io;
 using namespace ttmoe::data;
 
 namespace {
-const SafetensorsFile& fixture() {
-  static const SafetensorsFile f(std::string(TTMOE_TEST_DATA_DIR) + "/parity/domainbed_torchvision.safetensors");
+/// The fixture, opened once for every case (it is read-only).
+const test::Fixture& fixture() {
+  static const test::Fixture f("domainbed_torchvision");
   return f;
 }
 
@@ -47,9 +48,10 @@ double max_diff_chw(const io::Image& ours, const std::vector<float>& ref) {
 }
 
 io::Image u8_hwc_image(const std::string& name) {
-  const auto& info = fixture().info(name);
-  const auto v = fixture().read<std::uint8_t>(name);
-  io::Image im = io::make_image(int(info.shape[0]), int(info.shape[1]), int(info.shape[2]));
+  const auto shape = fixture().shape(name);
+  REQUIRE(shape.size() == 3);
+  const auto v = fixture().flat<std::uint8_t>(name);
+  io::Image im = io::make_image(int(shape[0]), int(shape[1]), int(shape[2]));
   for (std::size_t i = 0; i < v.size(); ++i) im.pixels[i] = float(v[i]) / 255.0f;  // ToTensor
   return im;
 }
@@ -58,7 +60,7 @@ io::Image u8_hwc_image(const std::string& name) {
 TEST_CASE("domainbed layout parity: environments, files and labels in torchvision ImageFolder's order", "[data][domainbed][parity]") {
   // The tree (empty files named to probe case, spaces, non-ASCII, nesting and extensions) was written by
   // the fixture script, which recorded ImageFolder's samples for each environment.
-  const auto ref = nlohmann::json::parse(fixture().metadata().at("imagefolder_samples"));
+  const auto ref = nlohmann::json::parse(fixture().meta("imagefolder_samples"));
   const std::filesystem::path root = std::string(TTMOE_TEST_DATA_DIR) + "/domainbed_tree";
   const auto ds = scan_domainbed(root, "toy");
   std::vector<std::string> ref_envs;
@@ -77,17 +79,17 @@ TEST_CASE("domainbed layout parity: environments, files and labels in torchvisio
 }
 
 TEST_CASE("domainbed split parity: seed hash and in/out keys equal DomainBed's numpy split", "[data][domainbed][parity]") {
-  std::stringstream cases(fixture().metadata().at("split_cases"));
+  std::stringstream cases(fixture().meta("split_cases"));
   std::string item;
   int checked = 0;
   while (std::getline(cases, item, ';')) {
     long tr = 0, env = 0, n = 0;
     REQUIRE(std::sscanf(item.c_str(), "%ld,%ld,%ld", &tr, &env, &n) == 3);
     const std::string key = std::to_string(tr) + "_" + std::to_string(env);
-    CHECK(std::int64_t(domainbed_seed_hash(tr, env)) == fixture().read<std::int64_t>("seed_" + key).at(0));
+    CHECK(std::int64_t(domainbed_seed_hash(tr, env)) == fixture().scalar<std::int64_t>("seed_" + key));
     const auto s = domainbed_split(std::size_t(n), tr, env);
-    const auto ref_in = fixture().read<std::int64_t>("split_" + key + "_" + std::to_string(n) + "_in");
-    const auto ref_out = fixture().read<std::int64_t>("split_" + key + "_" + std::to_string(n) + "_out");
+    const auto ref_in = fixture().flat<std::int64_t>("split_" + key + "_" + std::to_string(n) + "_in");
+    const auto ref_out = fixture().flat<std::int64_t>("split_" + key + "_" + std::to_string(n) + "_out");
     CHECK(std::vector<std::int64_t>(s.in.begin(), s.in.end()) == ref_in);
     CHECK(std::vector<std::int64_t>(s.out.begin(), s.out.end()) == ref_out);
     ++checked;
@@ -96,15 +98,15 @@ TEST_CASE("domainbed split parity: seed hash and in/out keys equal DomainBed's n
 }
 
 TEST_CASE("augment parity: colour operations equal torchvision's float-tensor functions", "[data][augment][parity]") {
-  const auto src = chw_image(fixture().read<float>("colour_src"), 3, 16, 20);
-  CHECK(max_diff_chw(adjust_brightness(src, 1.2f), fixture().read<float>("colour_brightness_1.2")) < 1e-6);
-  CHECK(max_diff_chw(adjust_contrast(src, 0.75f), fixture().read<float>("colour_contrast_0.75")) < 1e-6);
-  CHECK(max_diff_chw(adjust_saturation(src, 1.3f), fixture().read<float>("colour_saturation_1.3")) < 1e-6);
-  CHECK(max_diff_chw(adjust_hue(src, 0.2f), fixture().read<float>("colour_hue_0.2")) < 1e-5);
-  CHECK(max_diff_chw(adjust_hue(src, -0.27f), fixture().read<float>("colour_hue_-0.27")) < 1e-5);
-  CHECK(max_diff_chw(grayscale_like(src), fixture().read<float>("colour_gray")) < 1e-6);
-  const auto src1 = chw_image(fixture().read<float>("colour_src"), 1, 16, 20);  // the red plane alone
-  CHECK(max_diff_chw(adjust_contrast(src1, 1.25f), fixture().read<float>("colour_contrast_1ch_1.25")) < 1e-6);
+  const auto src = chw_image(fixture().flat<float>("colour_src"), 3, 16, 20);
+  CHECK(max_diff_chw(adjust_brightness(src, 1.2f), fixture().flat<float>("colour_brightness_1.2")) < 1e-6);
+  CHECK(max_diff_chw(adjust_contrast(src, 0.75f), fixture().flat<float>("colour_contrast_0.75")) < 1e-6);
+  CHECK(max_diff_chw(adjust_saturation(src, 1.3f), fixture().flat<float>("colour_saturation_1.3")) < 1e-6);
+  CHECK(max_diff_chw(adjust_hue(src, 0.2f), fixture().flat<float>("colour_hue_0.2")) < 1e-5);
+  CHECK(max_diff_chw(adjust_hue(src, -0.27f), fixture().flat<float>("colour_hue_-0.27")) < 1e-5);
+  CHECK(max_diff_chw(grayscale_like(src), fixture().flat<float>("colour_gray")) < 1e-6);
+  const auto src1 = chw_image(fixture().flat<float>("colour_src"), 1, 16, 20);  // the red plane alone
+  CHECK(max_diff_chw(adjust_contrast(src1, 1.25f), fixture().flat<float>("colour_contrast_1ch_1.25")) < 1e-6);
   CHECK(adjust_saturation(src1, 1.3f) == src1);  // torchvision leaves one channel alone
   CHECK(adjust_hue(src1, 0.2f) == src1);
 }
@@ -113,7 +115,7 @@ TEST_CASE("augment parity: the evaluation transform matches Resize + ToTensor + 
   const io::Image src = u8_hwc_image("eval_src");
   std::vector<float> ours(3 * 24 * 24);
   eval_transform_into(src, EvalTransform{24, imagenet_normalization()}, ours);
-  const auto ref = fixture().read<float>("eval_out");
+  const auto ref = fixture().flat<float>("eval_out");
   REQUIRE(ref.size() == ours.size());
   double worst = 0, mean = 0;
   for (std::size_t i = 0; i < ours.size(); ++i) {
@@ -144,7 +146,7 @@ TEST_CASE("augment parity: RandomResizedCrop parameter statistics match torchvis
                                  *std::max_element(v.begin(), v.end())};
   };
   const auto ours_f = stats(frac), ours_r = stats(logr);
-  const auto ref_f = fixture().read<double>("rrc_frac_stats"), ref_r = fixture().read<double>("rrc_logratio_stats");
+  const auto ref_f = fixture().flat<double>("rrc_frac_stats"), ref_r = fixture().flat<double>("rrc_logratio_stats");
   // Means of 20,000 draws: standard error sd/sqrt(n) for each side; allow 4 combined standard errors.
   CHECK(std::fabs(ours_f[0] - ref_f[0]) < 4 * std::sqrt(2.0) * ref_f[1] / std::sqrt(double(n)));
   CHECK(std::fabs(ours_r[0] - ref_r[0]) < 4 * std::sqrt(2.0) * ref_r[1] / std::sqrt(double(n)));
@@ -164,7 +166,7 @@ TEST_CASE("augment parity: the training augmentation's output statistics match t
   const int n = 2000;
   std::array<double, 3> mean_ours{}, mean_ref{}, sd_ours{}, sd_ref{};
   std::vector<double> ours_means(std::size_t(n) * 3);
-  const auto ref = fixture().read<float>("aug_channel_means");  // [2000, 3]
+  const auto ref = fixture().flat<float>("aug_channel_means");  // [2000, 3]
   REQUIRE(ref.size() == std::size_t(n) * 3);
   std::vector<float> out(3 * 32 * 32);
   for (int k = 0; k < n; ++k) {

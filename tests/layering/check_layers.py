@@ -4,6 +4,11 @@ docs/design.md (section "Floors"): a header may include headers of its own folde
 strictly lower floor. Folders on the same floor are independent of each other. Every folder (and every
 top-level header) must have a row in the table, so a new folder fails until it is placed.
 
+It also checks the namespace table (section "Namespaces"): every namespace a header opens must belong
+to its folder's namespace (that namespace or one nested in it that no other folder owns), or be named
+in the folder's "also opens" cell; `detail`-style sub-namespaces (a name ending in `detail`) and
+anonymous namespaces are always allowed.
+
 usage: check_layers.py <repo root>            check the tree; exit 1 naming file:line and both floors
        check_layers.py --graph <repo root>    print folder-level include edge counts
        check_layers.py --self-test <repo root>  run the checker on temp copies with injected faults
@@ -25,25 +30,138 @@ class TableError(Exception):
     pass
 
 
-def parse_table(design_md):
-    """Returns {folder or top-level header: floor} from the table under '## Floors'."""
-    floors, in_section = {}, False
+def table_rows(design_md, section, row):
+    """The matches of regex `row` among the lines of section `## <section>` of design.md."""
+    in_section = False
     with open(design_md, encoding="utf-8") as f:
         for line in f:
             if line.startswith("## "):
-                in_section = line.strip() == "## Floors"
+                in_section = line.strip() == f"## {section}"
                 continue
-            m = ROW.match(line) if in_section else None
-            if not m:
-                continue
-            for name in NAME.findall(m.group(2)):
-                name = name.strip().rstrip("/")
-                if name in floors:
-                    raise TableError(f"{design_md}: `{name}` appears twice in the layer table")
-                floors[name] = int(m.group(1))
+            m = row.match(line) if in_section else None
+            if m:
+                yield m
+
+
+def parse_table(design_md):
+    """Returns {folder or top-level header: floor} from the table under '## Floors'."""
+    floors = {}
+    for m in table_rows(design_md, "Floors", ROW):
+        for name in NAME.findall(m.group(2)):
+            name = name.strip().rstrip("/")
+            if name in floors:
+                raise TableError(f"{design_md}: `{name}` appears twice in the layer table")
+            floors[name] = int(m.group(1))
     if not floors:
         raise TableError(f"{design_md}: no layer table (rows `| floor | `folder`, ... | ... |`) under '## Floors'")
     return floors
+
+
+NS_ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|\s*`([^`]+)`\s*\|([^|]*)\|")
+NS_TOKEN = re.compile(r""""(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|\bnamespace\s+([A-Za-z_][\w:]*)?\s*(\{|=)?|\bnamespace\s*(\{)|[{}]""")
+
+
+def parse_namespaces(design_md):
+    """Returns {folder or top-level header: (namespace, {also-opened namespaces})} from the table under
+    '## Namespaces' (rows `| `folder` | `ttmoe::x` | `ttmoe::y` (why), ... |`)."""
+    table = {}
+    for m in table_rows(design_md, "Namespaces", NS_ROW):
+        unit = m.group(1).strip().rstrip("/")
+        if unit in table:
+            raise TableError(f"{design_md}: `{unit}` appears twice in the namespace table")
+        table[unit] = (m.group(2).strip(), set(NAME.findall(m.group(3))))
+    if not table:
+        raise TableError(f"{design_md}: no namespace table (rows `| `folder` | `namespace` | ... |`) under '## Namespaces'")
+    return table
+
+
+def strip_comments_and_directives(text):
+    """The text with comments and preprocessor lines (with their continuations) blanked, line breaks
+    kept so line numbers stay right. String and character literals are left for the tokenizer."""
+    out, i, n = [], 0, len(text)
+    at_line_start, in_directive = True, False
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            in_directive = in_directive and i > 0 and text[i - 1] == "\\"
+            at_line_start = True
+            out.append(c)
+            i += 1
+            continue
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+            continue
+        if at_line_start and c == "#":
+            in_directive = True
+        if not c.isspace():
+            at_line_start = False
+        out.append(" " if in_directive else c)
+        i += 1
+    return "".join(out)
+
+
+def opened_namespaces(path):
+    """Yields (line, full namespace name) for every `namespace X {` in the header (nesting resolved,
+    `ttmoe { namespace op {` gives ttmoe::op); aliases (`namespace R = ...`) are not openings."""
+    with open(path, encoding="utf-8") as f:
+        text = strip_comments_and_directives(f.read())
+    stack = []  # (brace depth at which it closes, full name or None for an ordinary brace)
+    for m in NS_TOKEN.finditer(text):
+        tok = m.group(0)
+        if tok == "{":
+            stack.append(None)
+        elif tok == "}":
+            if stack:
+                stack.pop()
+        elif tok.startswith("namespace") and "{" in (m.group(2), m.group(3)):
+            outer = next((s for s in reversed(stack) if s is not None), "")
+            name = m.group(1) or "(anonymous)"
+            full = f"{outer}::{name}" if outer else name
+            stack.append(full)
+            yield text.count("\n", 0, m.start()) + 1, full
+
+
+def owner(ns, table):
+    """The folders whose namespace is the longest table namespace equal to or enclosing `ns`."""
+    best, folders = -1, set()
+    for unit, (home, _) in table.items():
+        if ns == home or ns.startswith(home + "::"):
+            if len(home) > best:
+                best, folders = len(home), {unit}
+            elif len(home) == best:
+                folders.add(unit)
+    return folders
+
+
+def exempt(ns):
+    """detail-style helpers and anonymous namespaces belong to whatever encloses them."""
+    return any(part.endswith("detail") or part == "(anonymous)" for part in ns.split("::"))
+
+
+def check_namespaces(root):
+    """Returns the list of namespace problems (empty when every folder keeps to its row)."""
+    table = parse_namespaces(os.path.join(root, "docs", "design.md"))
+    problems = []
+    for path, rel in headers(root):
+        unit, shown = unit_of(rel), os.path.relpath(path, root)
+        if unit not in table:
+            problems.append(f"{shown}:1: `{unit}` has no row in the namespace table of docs/design.md; add one")
+            continue
+        home, also = table[unit]
+        for lineno, ns in opened_namespaces(path):
+            if exempt(ns) or unit in owner(ns, table) or ns in also:
+                continue
+            others = ", ".join(f"`{u}`" for u in sorted(owner(ns, table))) or "no folder"
+            problems.append(f"{shown}:{lineno}: `{unit}` (namespace {home}) opens namespace {ns}, which belongs to "
+                            f"{others}; declare it in {home} or name it under 'also opens' in the table")
+    return problems
 
 
 def unit_of(rel):
@@ -166,6 +284,28 @@ def self_test(root):
         return "an include of a header that does not exist"
     run(missing_target, False, ("no_such_header.hpp, which does not exist",))
 
+    # Namespaces: (header, text appended to it, label, whether the check passes, expected output).
+    namespace_cases = [
+        ("include/ttmoe/nn/linear.hpp", "namespace ttmoe::io {\nstruct Stray {};\n}", "nn/linear.hpp opening ttmoe::io",
+         False, ("include/ttmoe/nn/linear.hpp:", "opens namespace ttmoe::io, which belongs to `io`")),
+        ("include/ttmoe/ops/matmul.hpp", "namespace ttmoe {\nnamespace nn {\nstruct Stray {};\n}\n}",
+         "ops/matmul.hpp opening ttmoe::nn through nested blocks", False,
+         ("opens namespace ttmoe::nn, which belongs to `nn`",)),
+        ("include/ttmoe/nn/linear.hpp", "namespace ttmoe::nn::linear_detail {\nstruct Helper {};\n}",
+         "a detail sub-namespace (allowed)", True, ()),
+    ]
+    for rel, text, label, ok, expect in namespace_cases:
+        run(lambda tmp, rel=rel, text=text, label=label: (append_line(tmp, rel, text), label)[1], ok, expect)
+
+    def no_ns_row(tmp):
+        design = os.path.join(tmp, "docs", "design.md")
+        with open(design, encoding="utf-8") as f:
+            lines = [l for l in f if not l.startswith("| `plot` | `ttmoe::plot`")]
+        with open(design, "w", encoding="utf-8") as f:
+            f.writelines(lines)
+        return "a folder missing from the namespace table"
+    run(no_ns_row, False, ("`plot` has no row in the namespace table",))
+
     if failures:
         print("\n".join(failures), file=sys.stderr)
         return 1
@@ -184,16 +324,18 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     try:
-        problems = check(argv[1])
+        problems = check(argv[1]) + check_namespaces(argv[1])
     except TableError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for p in problems:
         print(p)
     if problems:
-        print(f"{len(problems)} layering problem(s); the table is the '## Floors' section of docs/design.md", file=sys.stderr)
+        print(f"{len(problems)} layering problem(s); the tables are the '## Floors' and '## Namespaces' sections "
+              "of docs/design.md", file=sys.stderr)
         return 1
     print("layering: every #include \"ttmoe/...\" follows the table in docs/design.md")
+    print("layering: every folder opens only its own namespace (and the ones its row names)")
     empty = planned(argv[1])
     if empty:
         print("layering: table rows with no header yet: " + ", ".join(empty))

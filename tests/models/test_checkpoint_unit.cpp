@@ -29,21 +29,21 @@ std::vector<float> all_values(models::VisionTransformer<float>& m) {
 TEST_CASE("checkpoint: save_state / load_state round trip", "[unit]") {
   models::VisionTransformer<float> a(tiny(), 1), b(tiny(), 2);
   const auto path = temp_file("roundtrip.safetensors");
-  io::save_state(a, path);
+  nn::save_state(a, path);
   REQUIRE(all_values(a) != all_values(b));
-  auto rep = io::load_state(b, path);
+  auto rep = nn::load_state(b, path);
   CHECK(rep.loaded.size() == nn::named_parameters<float>(a).size());
   CHECK(all_values(a) == all_values(b));
   CHECK(b.head.weight.requires_grad());  // loading writes in place: flags survive
   // The same weights through torchvision names (prefixed) load back into a third model.
   models::VisionTransformer<double> c(tiny(), 3);
   const auto tv = temp_file("tv.safetensors");
-  io::save_state(a, tv, io::torchvision_vit_names("model."), io::DType::BF16);
+  nn::save_state(a, tv, io::torchvision_vit_names("model."), io::DType::BF16);
   io::SafetensorsFile tf(tv);
   CHECK(tf.contains("model.encoder.layers.encoder_layer_0.self_attention.in_proj_weight"));
   CHECK(tf.contains("model.heads.head.bias"));
   CHECK(tf.contains("model.class_token"));
-  io::load_state(c, tf, io::torchvision_vit_names("model."));  // BF16 -> double
+  nn::load_state(c, tf, io::torchvision_vit_names("model."));  // BF16 -> double
   CHECK(c.head.bias.to_vector()[0] == Approx(a.head.bias.to_vector()[0]).epsilon(1e-2));
   std::filesystem::remove(path);
   std::filesystem::remove(tv);
@@ -86,9 +86,9 @@ TEST_CASE("checkpoint: one error lists missing, unexpected and mis-shaped keys",
   }
   const auto before = all_values(dst);
   try {
-    io::load_state(dst, path);
+    nn::load_state(dst, path);
     FAIL("load_state accepted a broken checkpoint");
-  } catch (const io::CheckpointError& e) {
+  } catch (const nn::CheckpointError& e) {
     const std::string msg = e.what();
     INFO(msg);
     CHECK(e.problems().size() == 3);
@@ -99,12 +99,12 @@ TEST_CASE("checkpoint: one error lists missing, unexpected and mis-shaped keys",
   }
   CHECK(all_values(dst) == before);  // nothing was loaded
   // Tolerating missing / unexpected leaves only the shape problem.
-  io::LoadOptions lenient;
+  nn::LoadOptions lenient;
   lenient.allow_missing = lenient.ignore_unexpected = true;
-  CHECK_THROWS_AS(io::load_state(dst, path, io::timm_names(), lenient), io::CheckpointError);
+  CHECK_THROWS_AS(nn::load_state(dst, path, io::timm_names(), lenient), nn::CheckpointError);
   // Skipping the mis-shaped norm too makes it load, reporting what it tolerated.
   lenient.skip = {"norm.*"};
-  auto rep = io::load_state(dst, path, io::timm_names(), lenient);
+  auto rep = nn::load_state(dst, path, io::timm_names(), lenient);
   CHECK(rep.missing == std::vector<std::string>{"head.bias"});
   CHECK(rep.unexpected == std::vector<std::string>{"blocks.7.attn.qkv.weight"});
   std::filesystem::remove(path);

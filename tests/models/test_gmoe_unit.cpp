@@ -135,7 +135,7 @@ TEST_CASE("gmoe: wrong expert count or shape is a CheckpointError naming the key
   try {
     models::load_gmoe(six, path);
     FAIL("loaded 4 experts into a 6-expert model");
-  } catch (const io::CheckpointError& e) {
+  } catch (const nn::CheckpointError& e) {
     const std::string what = e.what();
     INFO(what);
     CHECK(what.find("missing key 'blocks.1.mlp.experts.4.fc1.weight'") != std::string::npos);
@@ -146,7 +146,7 @@ TEST_CASE("gmoe: wrong expert count or shape is a CheckpointError naming the key
   try {
     models::load_gmoe(wide, path);
     FAIL("loaded hidden 16 into hidden 24");
-  } catch (const io::CheckpointError& e) {
+  } catch (const nn::CheckpointError& e) {
     CHECK(std::string(e.what()).find("shape mismatch for 'blocks.3.mlp.experts.0.fc1.weight'") != std::string::npos);
   }
   // A _num_global_experts that disagrees with the batched tensors names both.
@@ -168,7 +168,7 @@ TEST_CASE("gmoe: wrong expert count or shape is a CheckpointError naming the key
   try {
     models::load_gmoe(six, temp_file("count.safetensors"));
     FAIL("accepted _num_global_experts = 5 beside 6 batched experts");
-  } catch (const io::CheckpointError& e) {
+  } catch (const nn::CheckpointError& e) {
     CHECK(std::string(e.what()).find("'blocks.1.mlp._num_global_experts' = 5 but the batched expert tensors hold 6") !=
           std::string::npos);
   }
@@ -180,7 +180,7 @@ TEST_CASE("gmoe: a timm / DeiT ViT checkpoint initialises the model, dense MLPs 
           "[unit][gmoe]") {
   models::VisionTransformer<float> deit(tiny().vit, 9);
   const auto path = temp_file("deit.safetensors");
-  io::save_state(deit, path);  // timm names, as deit_small_patch16_224.safetensors
+  nn::save_state(deit, path);  // timm names, as deit_small_patch16_224.safetensors
   auto g = models::gmoe_from_vit_checkpoint<float>(path, tiny(), 4);
   CHECK(g.vit.blocks[0].mlp.fc1.weight.to_vector() == deit.blocks[0].mlp.fc1.weight.to_vector());
   CHECK(g.vit.head.weight.to_vector() == deit.head.weight.to_vector());
@@ -188,8 +188,8 @@ TEST_CASE("gmoe: a timm / DeiT ViT checkpoint initialises the model, dense MLPs 
   // A fresh head for another class count: LoadOptions skip it.
   auto other = tiny();
   other.vit.num_classes = 5;
-  CHECK_THROWS_AS(models::gmoe_from_vit_checkpoint<float>(path, other, 4), io::CheckpointError);
-  io::LoadOptions opt;
+  CHECK_THROWS_AS(models::gmoe_from_vit_checkpoint<float>(path, other, 4), nn::CheckpointError);
+  nn::LoadOptions opt;
   opt.skip = {"head.*"};
   auto g5 = models::gmoe_from_vit_checkpoint<float>(path, other, 4, opt);
   CHECK(g5.vit.head.weight.extent(0) == 5);

@@ -36,32 +36,29 @@ fs::path case_dir(const std::string& name) {
   return p;
 }
 
-std::vector<std::int64_t> ints(const io::SafetensorsFile& f, const std::string& key) {
-  std::vector<std::int64_t> v(f.info(key).numel());
-  f.read_as<std::int64_t>(key, std::span<std::int64_t>(v));
-  return v;
-}
-
-IndexTensor<DynShape<2>> ids2(const io::SafetensorsFile& f, const std::string& key) {
-  const auto& s = f.info(key).shape;
-  return IndexTensor<DynShape<2>>::from_host(DynShape<2>(s[0], s[1]), ints(f, key));
+/// The reference file of case `name` (<test-data>/llm/<name>/reference.safetensors), read through the
+/// shared fixture loader; case_dir first, so a missing folder names the step that writes it.
+test::Fixture reference(const std::string& name) {
+  case_dir(name);
+  return test::Fixture("reference", "llm/" + name);
 }
 
 /// Everything one reference folder checks; `tol` is the normwise relative logits tolerance.
 void check_case(const std::string& name, double tol) {
   const fs::path dir = case_dir(name);
-  io::SafetensorsFile ref(dir / "reference.safetensors");
+  const auto ref = reference(name);
   auto m = models::load_llama<float>(dir);
 
   // Full-sequence logits.
-  const auto logits = m.forward(ids2(ref, "logits_ids"));
-  const auto want = test::read_tensor<3, float>(ref, "logits");
+  const auto logits = m.forward(ref.get<2, std::int64_t>("logits_ids"));
+  const auto want = ref.get<3, float>("logits");
   const double err = test::normwise_rel_error(logits, want);
   INFO(name << ": logits normwise relative error " << err);
   CHECK(err <= tol);
 
   // Greedy generation, all prompts in one batch (right-padded prefill, per-sequence lengths).
-  const auto flat = ints(ref, "gen_prompt_ids"), lens = ints(ref, "gen_prompt_lens"), gen = ints(ref, "gen_tokens");
+  const auto flat = ref.flat<std::int64_t>("gen_prompt_ids");
+  const auto lens = ref.flat<std::int64_t>("gen_prompt_lens"), gen = ref.flat<std::int64_t>("gen_tokens");
   std::vector<std::vector<std::int64_t>> prompts;
   std::size_t at = 0;
   for (auto n : lens) {
@@ -78,8 +75,8 @@ void check_case(const std::string& name, double tol) {
   }
 
   // Continuation loss (loss on the continuation only).
-  const auto ll = ints(ref, "ll_ids"), prefix = ints(ref, "ll_prefix");
-  const auto loss = test::read_tensor<1, float>(ref, "ll_loss").to_vector();
+  const auto ll = ref.flat<std::int64_t>("ll_ids"), prefix = ref.flat<std::int64_t>("ll_prefix");
+  const auto loss = ref.get<1, float>("ll_loss").to_vector();
   const std::size_t T = ll.size() / prefix.size();
   for (std::size_t b = 0; b < prefix.size(); ++b) {
     std::vector<std::int64_t> row(ll.begin() + std::ptrdiff_t(b * T), ll.begin() + std::ptrdiff_t((b + 1) * T));
@@ -90,8 +87,8 @@ void check_case(const std::string& name, double tol) {
   }
 
   // Sliding-window perplexity (HF's protocol for fixed-length models), rows (window, stride, nll).
-  const auto text = ints(ref, "ppl_ids");
-  const auto windows = test::read_tensor<2, double>(ref, "ppl_windows").to_vector();
+  const auto text = ref.flat<std::int64_t>("ppl_ids");
+  const auto windows = ref.get<2, double>("ppl_windows").to_vector();
   for (std::size_t i = 0; i < windows.size(); i += 3) {
     const auto w = index_t(windows[i]), stride = index_t(windows[i + 1]);
     const auto s = models::windowed_perplexity(m, text, w, stride);
@@ -115,10 +112,10 @@ TEST_CASE("qwen2 parity: bf16 weights on disk", "[llm][parity]") {
   check_case("qwen2_bf16", 1e-4);
   // Against the model before rounding: bf16 keeps 8 significant bits, a relative error of at most
   // 2^-9 per weight; through two layers and the head the logits move by a few times that.
-  io::SafetensorsFile ref(case_dir("qwen2_bf16") / "reference.safetensors");
+  const auto ref = reference("qwen2_bf16");
   auto m = models::load_llama<float>(case_dir("qwen2_bf16"));
-  const double err = test::normwise_rel_error(m.forward(ids2(ref, "logits_ids")),
-                                              test::read_tensor<3, float>(ref, "logits_unrounded_weights"));
+  const double err = test::normwise_rel_error(m.forward(ref.get<2, std::int64_t>("logits_ids")),
+                                              ref.get<3, float>("logits_unrounded_weights"));
   INFO("bf16-rounded weights vs the f32 originals: logits normwise relative error " << err);
   CHECK(err > 1e-4);  // the rounding is visible: the weights really were stored as bf16
   CHECK(err <= 8 * std::ldexp(1.0, -9));
@@ -161,7 +158,7 @@ TEST_CASE("llama hf folder: truncated shard and missing shard are errors naming 
     try {
       models::load_llama<float>(tmp);
       FAIL("no error");
-    } catch (const io::CheckpointError& e) {
+    } catch (const nn::CheckpointError& e) {
       CHECK(e.problems().size() == 3 + 9);  // 3 mis-shaped MLP weights of layer 0, 9 tensors of layer 1
       CHECK(std::string(e.what()).find("model.layers.0.mlp.up_proj.weight") != std::string::npos);
       CHECK(std::string(e.what()).find("unexpected key 'model.layers.1.self_attn.q_proj.weight'") != std::string::npos);
@@ -178,8 +175,8 @@ TEST_CASE("llama hf folder: what save_llama writes loads in transformers with th
                            ("ttmoe_llm_save_" + std::string(name) + "_" + std::string(io::dtype_name(dt)) + "_" + std::to_string(::getpid()));
       fs::remove_all(out);
       models::save_llama(m, out, dt);
-      io::SafetensorsFile ref(case_dir(name) / "reference.safetensors");
-      const auto ids = ints(ref, "logits_ids");
+      const auto ref = reference(name);
+      const auto ids = ref.flat<std::int64_t>("logits_ids");
       io::SafetensorsWriter w;
       w.add("ids", std::span<const std::int64_t>(ids), {3, 12});
       w.write(out / "ids.safetensors");
@@ -189,7 +186,7 @@ TEST_CASE("llama hf folder: what save_llama writes loads in transformers with th
       REQUIRE(std::system(cmd.c_str()) == 0);
       // The saved weights (rounded if bf16) run by ttmoe, against transformers on the same folder.
       auto back = models::load_llama<float>(out);
-      const double err = test::normwise_rel_error(back.forward(ids2(ref, "logits_ids")),
+      const double err = test::normwise_rel_error(back.forward(ref.get<2, std::int64_t>("logits_ids")),
                                                   test::read_tensor<3, float>(io::SafetensorsFile(out / "hf_logits.safetensors"), "logits"));
       INFO("logits normwise relative error " << err);
       CHECK(err <= 1e-4);
@@ -206,9 +203,9 @@ namespace {
 
 void check_peft_case(const std::string& name) {
   const fs::path dir = case_dir(name);
-  io::SafetensorsFile ref(dir / "reference.safetensors");
+  const auto ref = reference(name);
   auto m = models::load_llama<float>(dir / "base");
-  const auto ids = ids2(ref, "ids");
+  const auto ids = ref.get<2, std::int64_t>("ids");
   const auto base = m.forward(ids).to_vector();
   auto plain = models::load_peft_adapter(dir / "lora_plain", m);
   auto rs = models::load_peft_adapter(dir / "lora_rs", m);
@@ -216,7 +213,7 @@ void check_peft_case(const std::string& name) {
   CHECK(rs.modules.size() == 8);
   CHECK(rs.modules.at("model.layers.1.mlp.down_proj").rank() == 6);
   CHECK(rs.modules.at("model.layers.0.mlp.up_proj").scaling == 3.0 / 2.0);  // alpha 3 / sqrt(4)
-  const auto scales = test::read_tensor<1, double>(ref, "scales").to_vector();
+  const auto scales = ref.get<1, double>("scales").to_vector();
   struct Use {
     const char* ref_key;
     std::vector<models::WeightedAdapter<float>> adapters;
@@ -225,7 +222,7 @@ void check_peft_case(const std::string& name) {
                                  {"logits_lora_rs", {{&rs, 1.0}}},
                                  {"logits_combined", {{&plain, scales[0]}, {&rs, scales[1]}}}};
   for (const auto& u : uses) {
-    const auto want = test::read_tensor<3, float>(ref, u.ref_key);
+    const auto want = ref.get<3, float>(u.ref_key);
     CHECK(test::normwise_rel_error(m.forward(ids), want) > 0.05);  // the adapters matter
     for (auto mode : {models::LoraMode::unmerged, models::LoraMode::merged}) {
       models::AttachedAdapters<float> on(m, u.adapters, mode);
@@ -236,18 +233,17 @@ void check_peft_case(const std::string& name) {
     }
     CHECK(m.forward(ids).to_vector() == base);  // removed exactly
   }
-  const double base_err = test::normwise_rel_error(m.forward(ids), test::read_tensor<3, float>(ref, "logits_base"));
+  const double base_err = test::normwise_rel_error(m.forward(ids), ref.get<3, float>("logits_base"));
   CHECK(base_err <= 1e-4);
 }
 
 /// Saves `a` with save_peft_adapter, has PEFT load it on `base_dir` (peft_reference.py --check) and
-/// returns PEFT's logits of the ids "ids" of `ref`; `tag` names the temporary folder.
+/// returns PEFT's logits of the token ids `ids` (2 rows of 9); `tag` names the temporary folder.
 Tensor<float, DynShape<3>> peft_logits_of_saved(models::PeftAdapter<float>& a, const fs::path& base_dir,
-                                                const io::SafetensorsFile& ref, const std::string& tag) {
+                                                const std::vector<std::int64_t>& ids, const std::string& tag) {
   const fs::path out = fs::temp_directory_path() / ("ttmoe_peft_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(out);
   models::save_peft_adapter(a, out);
-  const auto ids = ints(ref, "ids");
   io::SafetensorsWriter w;
   w.add("ids", std::span<const std::int64_t>(ids), {2, 9});
   w.write(out / "ids.safetensors");
@@ -290,11 +286,11 @@ TEST_CASE("peft parity: an adapter made and saved by ttmoe loads in PEFT with th
       for (auto& x : v) x = nd(rng) / std::sqrt(float(f.rank()));
       f.lora_B.weight = Tensor<float, DynShape<2>>::from_host(DynShape<2>(f.lora_B.weight.extent(0), f.rank()), v);
     }
-    io::SafetensorsFile ref(case_dir(name) / "reference.safetensors");
-    const auto peft_logits = peft_logits_of_saved(a, base_dir, ref, "save_" + std::string(name));
-    CHECK(test::normwise_rel_error(m.forward(ids2(ref, "ids")), peft_logits) > 0.05);  // the adapter matters
+    const auto ref = reference(name);
+    const auto peft_logits = peft_logits_of_saved(a, base_dir, ref.flat<std::int64_t>("ids"), "save_" + std::string(name));
+    CHECK(test::normwise_rel_error(m.forward(ref.get<2, std::int64_t>("ids")), peft_logits) > 0.05);  // the adapter matters
     models::AttachedAdapters<float> on(m, {{&a, 1.0}}, models::LoraMode::unmerged);
-    const double err = test::normwise_rel_error(m.forward(ids2(ref, "ids")), peft_logits);
+    const double err = test::normwise_rel_error(m.forward(ref.get<2, std::int64_t>("ids")), peft_logits);
     INFO(name << ": ttmoe logits vs PEFT's on the ttmoe-saved adapter, normwise relative error " << err);
     CHECK(err <= 1e-4);
   }
@@ -308,17 +304,17 @@ TEST_CASE("peft parity: an adapter made and saved by ttmoe loads in PEFT with th
 TEST_CASE("lora training parity: train_lora repeats PEFT + torch AdamW", "[llm][parity][peft][train]") {
   for (const char* name : {"peft_llama", "peft_qwen2"}) {
     const fs::path dir = case_dir(name) / "train";
-    io::SafetensorsFile ref(dir / "reference.safetensors");
+    const auto ref = test::Fixture("reference", "llm/" + std::string(name) + "/train");
     auto m = models::load_llama<float>(case_dir(name) / "base");
     auto a = models::load_peft_adapter(dir / "init", m);
     std::map<std::string, std::vector<float>> before;
     for (const auto& p : nn::named_parameters<float>(a)) before[p.name] = p.flat.to_vector();
-    const auto hyper = test::read_tensor<1, double>(ref, "hyper").to_vector();
-    const auto losses = test::read_tensor<1, double>(ref, "losses").to_vector();
+    const auto hyper = ref.get<1, double>("hyper").to_vector();
+    const auto losses = ref.get<1, double>("losses").to_vector();
     const std::size_t steps = std::size_t(hyper[5]), accumulation = std::size_t(hyper[6]);
     std::vector<models::CausalLMBatch<>> batches;
     for (std::size_t k = 0; k < steps * accumulation; ++k)
-      batches.push_back({ids2(ref, "ids_" + std::to_string(k)), ints(ref, "labels_" + std::to_string(k))});
+      batches.push_back({ref.get<2, std::int64_t>("ids_" + std::to_string(k)), ref.flat<std::int64_t>("labels_" + std::to_string(k))});
     CHECK(batches[0].scored_tokens() == 6 + 4);  // row 0: positions 3..8 (prompt 0..2); row 1: 2..5 (then padding)
 
     {  // Step 0 by hand: losses and accumulated gradients.
@@ -333,7 +329,7 @@ TEST_CASE("lora training parity: train_lora repeats PEFT + torch AdamW", "[llm][
       for (const auto& p : nn::named_parameters<float>(a)) {  // now trainable: views share the gradients
         INFO(name << ": gradient of " << p.name);
         REQUIRE(p.flat.grad().defined());
-        const auto want = test::read_tensor<2, float>(ref, "grad." + p.name);
+        const auto want = ref.get<2, float>("grad." + p.name);
         const double err = test::normwise_rel_error(p.flat.grad().reshape(want.shape()), want);
         INFO("normwise relative error " << err);
         CHECK(err <= 1e-4);
@@ -360,7 +356,7 @@ TEST_CASE("lora training parity: train_lora repeats PEFT + torch AdamW", "[llm][
       CHECK(step_losses[s] == Approx((losses[2 * s] + losses[2 * s + 1]) / 2).epsilon(1e-5));
     CHECK(nn::trainable_parameters<float>(m).size() == trainable_before);  // flags restored
     for (const auto& p : nn::named_parameters<float>(a)) {
-      const auto want = test::read_tensor<2, float>(ref, "final." + p.name).to_vector();
+      const auto want = ref.get<2, float>("final." + p.name).to_vector();
       const auto got = p.flat.to_vector();
       const auto& b = before.at(p.name);
       double diff = 0, norm = 0;  // the change: (got - b) vs (want - b)
@@ -373,11 +369,11 @@ TEST_CASE("lora training parity: train_lora repeats PEFT + torch AdamW", "[llm][
       CHECK(norm > 0);
       CHECK(std::sqrt(diff / norm) <= 1e-3);
     }
-    const auto peft_logits = peft_logits_of_saved(a, case_dir(name) / "base",
-                                                  io::SafetensorsFile(case_dir(name) / "reference.safetensors"),
-                                                  "trained_" + std::string(name));
+    const auto base_ref = reference(name);
+    const auto peft_logits =
+        peft_logits_of_saved(a, case_dir(name) / "base", base_ref.flat<std::int64_t>("ids"), "trained_" + std::string(name));
     models::AttachedAdapters<float> on(m, {{&a, 1.0}}, models::LoraMode::unmerged);
-    const auto ids = ids2(io::SafetensorsFile(case_dir(name) / "reference.safetensors"), "ids");
+    const auto ids = base_ref.get<2, std::int64_t>("ids");
     const double err = test::normwise_rel_error(m.forward(ids), peft_logits);
     INFO(name << ": logits of the trained adapter vs PEFT's after loading it, normwise relative error " << err);
     CHECK(err <= 1e-4);

@@ -481,7 +481,7 @@ TEST_CASE("peft adapter files: save and load round trip, errors name the file, k
     models::LlamaForCausalLM<float> o(other, 1);
     try {
       models::load_peft_adapter(dir, o);
-    } catch (const io::CheckpointError& e) {
+    } catch (const nn::CheckpointError& e) {
       CHECK(e.path() == (dir / "adapter_model.safetensors").string());
       return e.what();
     }
@@ -526,7 +526,7 @@ TEST_CASE("peft adapter files: save and load round trip, errors name the file, k
     std::string msg;
     try {
       models::load_peft_adapter(dir, m);
-    } catch (const io::CheckpointError& e) {
+    } catch (const nn::CheckpointError& e) {
       msg = e.what();
     }
     INFO(msg);
@@ -655,7 +655,7 @@ TEST_CASE("lora training and windowed perplexity: bad input is a clear error", "
   try {
     training::LoraTrainingAttachment<float, cpu> attach(m, a);
     FAIL("a mismatched adapter was attached");
-  } catch (const io::CheckpointError& e) {
+  } catch (const nn::CheckpointError& e) {
     CHECK_THAT(e.what(), Contains("do not fit the weight [out, in] = [32, 32]"));
     CHECK_THAT(e.what(), Contains("unknown module 'model.layers.9.mlp.up_proj'"));
   }

@@ -18,7 +18,7 @@ TEST_CASE("parity: vit_b16 torchvision", "[parity]") {
   const auto& f = fixture_file.file();
   models::VisionTransformer<float> vit(models::vit_base_patch16(1000));
   // Every key under model. must be used and every parameter present (no tolerance options).
-  auto rep = io::load_state(vit, f, io::torchvision_vit_names("model."));
+  auto rep = nn::load_state(vit, f, io::torchvision_vit_names("model."));
   REQUIRE(rep.loaded.size() == 152);  // 4 + 12 * 12 + 4 tensors
   autograd::NoGrad ng;
   auto images = read_tensor<4, float>(f, "in.images").as<models::vit_b16_shapes::images>();
@@ -38,7 +38,7 @@ void tiny_timm_case(const char* fixture, double tol) {
   auto cfg = models::vit_test_tiny(meta("img_size"), meta("patch_size"), meta("embed_dim"), meta("depth"),
                                    meta("num_heads"), meta("mlp_hidden"), meta("num_classes"));
   models::VisionTransformer<T> vit(cfg);
-  io::load_state(vit, f, io::timm_names("model."));  // every key used, every parameter present
+  nn::load_state(vit, f, io::timm_names("model."));  // every key used, every parameter present
   autograd::NoGrad ng;
   auto logits = vit(read_tensor<4, T>(f, "in.images"));
   auto ref = read_tensor<2, double>(f, "out.logits_f64");

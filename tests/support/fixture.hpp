@@ -95,6 +95,16 @@ class Fixture {
     }
   }
 
+  /// The one value of tensor `key` (a scalar or a one-element tensor: a count, a threshold), as T.
+  template <class T>
+  T scalar(const std::string& key) const {
+    const auto v = flat<T>(key);
+    if (v.size() != 1)
+      throw std::runtime_error(path_ + ": tensor '" + key + "' holds " + std::to_string(v.size()) +
+                               " values, the test reads one");
+    return v.front();
+  }
+
   /// Tensor `key` of any rank (up to 6) as a flat vector of T.
   template <class T>
   std::vector<T> flat(const std::string& key) const {

@@ -5,8 +5,9 @@
 // At test time the library headers are parsed for every tape-node name an op can record: the name
 // given to `record(...)` (ops/record.hpp) or to `Recorder::push(...)` (core, expr:
 // `autograd::active_recorder()->push(...)`), whether it is a string literal at the call
-// (`record("matmul", ...)`, `record(Log ? "log_softmax" : "softmax", ...)`) or is forwarded through a `const char* name` parameter (`extremum(x, "max")`, `layer_norm_rows(...,
-// "grouped_layernorm")`, or that parameter's default). A name belongs to the gradcheck executable of
+// (`record("matmul", ...)`, `record(Log ? "log_softmax" : "softmax", ...)`) or is forwarded through `const char* name`
+// parameters, any number of functions deep (`max` -> `extremum(x, "max")` -> `reduce_along(x, name, ...)`,
+// `layer_norm_rows(..., "grouped_layernorm")`, or a parameter's default). A name belongs to the gradcheck executable of
 // the directory where it is spelled: include/ttmoe/moe/ -> test_moe_gradcheck, anything else (core,
 // expr, ops, autograd, backend, nn, models, tta, io, top-level headers) -> test_gradcheck. Each
 // executable's coverage test then checks, for the names it owns:
@@ -197,13 +198,59 @@ inline std::vector<std::pair<const Header*, std::size_t>> calls_of(const std::ve
   return out;
 }
 
+/// A node name forwarded through a `const char* <param>` parameter: used at `at` in header `h`.
+struct ForwardedUse {
+  const Header* h;
+  std::size_t at;
+  std::string param;
+};
+
+/// The function whose `const char* <param>` parameter the use refers to: its name and the position of
+/// the '(' opening its parameter list; empty name when the parameter or the function cannot be found
+/// (a problem is reported then).
+inline std::pair<std::string, std::size_t> forwarding_function(const ForwardedUse& u, Recorded& r) {
+  const std::string& text = u.h->text;
+  const std::regex param("const\\s+char\\s*\\*\\s*" + u.param + "\\b");
+  std::size_t ppos = std::string::npos;
+  for (std::sregex_iterator p(text.begin(), text.begin() + std::ptrdiff_t(u.at), param), pe; p != pe; ++p)
+    ppos = std::size_t(p->position());
+  if (ppos == std::string::npos) {
+    r.problems.emplace_back(u.h->dir, u.h->rel + ": recorded node name '" + u.param + "' is not a const char* parameter");
+    return {};
+  }
+  // Walk back to the '(' opening that parameter list; the function name precedes it.
+  int depth = 0;
+  std::size_t popen = std::string::npos;
+  for (std::size_t i = ppos; i-- > 0;) {
+    const char c = text[i];
+    if (c == ')') ++depth;
+    else if (c == '(' && depth-- == 0) {
+      popen = i;
+      break;
+    }
+  }
+  std::size_t e = popen;
+  while (e != std::string::npos && e > 0 && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
+  std::size_t b = e;
+  while (b != std::string::npos && b > 0 && (std::isalnum(static_cast<unsigned char>(text[b - 1])) || text[b - 1] == '_')) --b;
+  if (popen == std::string::npos || b == e) {
+    r.problems.emplace_back(u.h->dir, u.h->rel + ": cannot find the function that forwards node name '" + u.param + "'");
+    return {};
+  }
+  return {text.substr(b, e - b), popen};
+}
+
 /// Parses the headers under `root` (default: the library's) for recorded node names (see the file comment).
+/// Forwarding is followed through any number of functions: a call that hands on its own
+/// `const char*` parameter (`max` -> `extremum(x, "max")` -> `reduce_along(x, name, ...)` -> `record(name, ...)`)
+/// is resolved at the calls of its caller in turn.
 inline Recorded recorded_node_names(std::filesystem::path root = source_dir() / "include" / "ttmoe") {
   const auto hs = library_headers(root);
   Recorded r;
   // record(name, out, vjp) and tape->push(name, meta, vjp): three arguments (other push()es have one).
   const std::regex call(R"re((?:^|[^\w.>:])(?:autograd::|ttmoe::)?(record)\s*\(|->\s*(push)\s*\()re");
-  std::set<std::pair<std::string, std::string>> forwarders_done;  // (function, parameter)
+  static const std::regex ident(R"(^\w+$)");
+  std::vector<ForwardedUse> pending;
   for (const auto& h : hs) {
     for (std::sregex_iterator it(h.text.begin(), h.text.end(), call), end; it != end; ++it) {
       const std::size_t open = std::size_t(it->position() + it->length() - 1);
@@ -217,71 +264,55 @@ inline Recorded recorded_node_names(std::filesystem::path root = source_dir() / 
         continue;
       }
       if (first.rfind("const char", 0) == 0) continue;  // the declaration of record / push itself
-      static const std::regex ident(R"(^\w+$)");
       if (!std::regex_match(first, ident)) {
         r.problems.emplace_back(h.dir, h.rel + ": a recorded node name that is neither a literal nor a parameter: " + first);
         continue;
       }
-      // Forwarded: find the enclosing function's `const char* <first>` parameter.
-      const std::regex param("const\\s+char\\s*\\*\\s*" + first + "\\b");
-      std::size_t ppos = std::string::npos;
-      for (std::sregex_iterator p(h.text.begin(), h.text.begin() + std::ptrdiff_t(open), param), pe; p != pe; ++p)
-        ppos = std::size_t(p->position());
-      if (ppos == std::string::npos) {
-        r.problems.emplace_back(h.dir, h.rel + ": recorded node name '" + first + "' is not a const char* parameter");
-        continue;
-      }
-      // Walk back to the '(' opening that parameter list; the function name precedes it.
-      int depth = 0;
-      std::size_t popen = std::string::npos;
-      for (std::size_t i = ppos; i-- > 0;) {
-        const char c = h.text[i];
-        if (c == ')') ++depth;
-        else if (c == '(' && depth-- == 0) {
-          popen = i;
-          break;
-        }
-      }
-      std::size_t e = popen;
-      while (e != std::string::npos && e > 0 && std::isspace(static_cast<unsigned char>(h.text[e - 1]))) --e;
-      std::size_t b = e;
-      while (b != std::string::npos && b > 0 && (std::isalnum(static_cast<unsigned char>(h.text[b - 1])) || h.text[b - 1] == '_')) --b;
-      if (popen == std::string::npos || b == e) {
-        r.problems.emplace_back(h.dir, h.rel + ": cannot find the function that forwards node name '" + first + "'");
-        continue;
-      }
-      const std::string fname = h.text.substr(b, e - b);
-      if (!forwarders_done.insert({fname, first}).second) continue;
-      ++r.forwarded;
-      // The parameter's position in the definition, then that argument at every call (or its default).
-      const auto def_args = call_args(h.text, popen, true);
-      std::size_t index = def_args.size();
-      for (std::size_t i = 0; i < def_args.size(); ++i)
-        if (std::regex_search(def_args[i], param)) index = i;
-      if (index == def_args.size()) {
-        r.problems.emplace_back(h.dir, h.rel + ": cannot place parameter '" + first + "' of " + fname);
-        continue;
-      }
-      std::size_t resolved = 0;
-      for (const auto& [ch, cpos] : calls_of(hs, fname)) {
-        // A declaration (the definition or a forward declaration) gives the parameter's default.
-        const auto d = call_args(ch->text, cpos, true);
-        const bool declaration = d.size() > index && d[index].find("const char") != std::string::npos;
-        const auto a = declaration ? d : call_args(ch->text, cpos);
-        if (a.size() <= index) continue;  // the call relies on the default argument
-        const std::string arg = trim(a[index]);
-        const auto names = literal_names(arg);
-        for (const auto& n : names) r.dirs[n].insert(ch->dir);
-        resolved += names.size();
-        // A call handing on another variable would hide its names: report it (record itself forwards
-        // to the tape, and its callers are parsed directly above).
-        if (names.empty() && !declaration && fname != "record")
-          r.problems.emplace_back(ch->dir, ch->rel + ": " + fname + "(...) passes node name '" + arg +
-                               "' that is not a string literal; extend tests/support/gradcheck_coverage.hpp");
-      }
-      if (resolved == 0 && fname != "record")
-        r.problems.emplace_back(h.dir, h.rel + ": no node name found for the calls of " + fname);
+      pending.push_back({&h, open, first});
     }
+  }
+  // Forwarded names: find the function owning the parameter, then that argument at every call of it
+  // (or its default); a call handing on a parameter of its own queues that function in turn.
+  std::set<std::pair<std::string, std::string>> forwarders_done;  // (function, parameter)
+  while (!pending.empty()) {
+    const ForwardedUse u = pending.back();
+    pending.pop_back();
+    const auto [fname, popen] = forwarding_function(u, r);
+    if (fname.empty() || !forwarders_done.insert({fname, u.param}).second) continue;
+    ++r.forwarded;
+    const std::regex param("const\\s+char\\s*\\*\\s*" + u.param + "\\b");
+    const auto def_args = call_args(u.h->text, popen, true);
+    std::size_t index = def_args.size();
+    for (std::size_t i = 0; i < def_args.size(); ++i)
+      if (std::regex_search(def_args[i], param)) index = i;
+    if (index == def_args.size()) {
+      r.problems.emplace_back(u.h->dir, u.h->rel + ": cannot place parameter '" + u.param + "' of " + fname);
+      continue;
+    }
+    std::size_t resolved = 0;
+    for (const auto& [ch, cpos] : calls_of(hs, fname)) {
+      // A declaration (the definition or a forward declaration) gives the parameter's default.
+      const auto d = call_args(ch->text, cpos, true);
+      const bool declaration = d.size() > index && d[index].find("const char") != std::string::npos;
+      const auto a = declaration ? d : call_args(ch->text, cpos);
+      if (a.size() <= index) continue;  // the call relies on the default argument
+      const std::string arg = trim(a[index]);
+      const auto names = literal_names(arg);
+      for (const auto& n : names) r.dirs[n].insert(ch->dir);
+      resolved += names.size();
+      if (!names.empty() || declaration || fname == "record") continue;  // record's callers are parsed above
+      if (std::regex_match(arg, ident)) {
+        pending.push_back({ch, cpos, arg});  // handed on from the caller's own parameter: follow it
+        ++resolved;
+      } else {
+        r.problems.emplace_back(ch->dir, ch->rel + ": " + fname + "(...) passes node name '" + arg +
+                                             "' that is neither a string literal nor a parameter; extend "
+                                             "tests/support/gradcheck_coverage.hpp");
+      }
+    }
+    if (resolved == 0 && fname != "record")
+      r.problems.emplace_back(u.h->dir, u.h->rel + ": no node name found for the calls of " + fname + " (parameter '" +
+                                            u.param + "')");
   }
   return r;
 }

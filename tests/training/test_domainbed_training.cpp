@@ -201,18 +201,18 @@ TEST_CASE("domainbed driver: bad input gives typed errors naming the culprit", "
     try {
       models::load_gmoe(four, path);
       FAIL("no error");
-    } catch (const io::CheckpointError& e) {
+    } catch (const nn::CheckpointError& e) {
       CHECK_THAT(e.what(), Catch::Contains("six.safetensors") && Catch::Contains("router.codebook") && Catch::Contains("experts.4"));
     }
     auto wider = toy_config(4);
     wider.vit.mlp_hidden = 48;
     Model other_shape(wider, 1);
-    CHECK_THROWS_AS(models::load_gmoe(other_shape, tmp.path / "six.safetensors"), io::CheckpointError);
+    CHECK_THROWS_AS(models::load_gmoe(other_shape, tmp.path / "six.safetensors"), nn::CheckpointError);
     // A training run resumed with a model of another expert count stops before touching it.
     Model trained(toy_config(6), 1);
     training::train_domainbed(trained, ds, toy_options(tmp.path / "run", 3));
     const auto before = flat(four);
-    CHECK_THROWS_AS(training::train_domainbed(four, ds, toy_options(tmp.path / "run", 6)), io::CheckpointError);
+    CHECK_THROWS_AS(training::train_domainbed(four, ds, toy_options(tmp.path / "run", 6)), nn::CheckpointError);
     CHECK(flat(four) == before);
   }
   SECTION("a results file of another run") {

@@ -205,7 +205,7 @@ TEST_CASE("training: checkpoints that cannot be resumed give typed errors", "[tr
   so.lr = 0.1, so.momentum = 0.9;
   nn::SGD<double> opt(nn::named_parameters<double>(m), so);
   const auto plain = temp_file("plain.safetensors");
-  io::save_state(m, plain);  // a model file, no training metadata
+  nn::save_state(m, plain);  // a model file, no training metadata
   CHECK_THROWS_WITH(training::load_checkpoint(m, opt, plain),
                     Catch::Contains("plain.safetensors") && Catch::Contains(training::kStepKey));
 
@@ -228,5 +228,5 @@ TEST_CASE("training: checkpoints that cannot be resumed give typed errors", "[tr
   nn::SGD<double> wopt(nn::named_parameters<double>(wider), so);
   const auto other = temp_file("other.safetensors");
   training::save_checkpoint(wider, wopt, 1, other);
-  CHECK_THROWS_AS(training::load_checkpoint(m, opt, other), io::CheckpointError);
+  CHECK_THROWS_AS(training::load_checkpoint(m, opt, other), nn::CheckpointError);
 }

@@ -41,13 +41,15 @@ struct broadcast_extents {
   static constexpr std::array<index_t, rank> compute(bool& ok) {
     std::array<index_t, rank> out{};
     ok = true;
-    for (std::size_t i = 0; i < rank; ++i) {
-      const std::size_t ia = i + A::rank, ib = i + B::rank;  // right-aligned positions (+rank)
-      const index_t ea = ia >= rank ? A::static_extents[ia - rank] : 1;
-      const index_t eb = ib >= rank ? B::static_extents[ib - rank] : 1;
-      out[i] = broadcast_extent(ea, eb);
-      if (out[i] == 0) ok = false;
-    }
+    // Rank-0 loops are guarded here and below: nvcc warns (#186) on `i < 0` with an unsigned bound.
+    if constexpr (rank > 0)
+      for (std::size_t i = 0; i < rank; ++i) {
+        const std::size_t ia = i + A::rank, ib = i + B::rank;  // right-aligned positions (+rank)
+        const index_t ea = ia >= rank ? A::static_extents[ia - rank] : 1;
+        const index_t eb = ib >= rank ? B::static_extents[ib - rank] : 1;
+        out[i] = broadcast_extent(ea, eb);
+        if (out[i] == 0) ok = false;
+      }
     return out;
   }
   static constexpr bool ok() {
@@ -104,19 +106,20 @@ template <std::size_t R, std::size_t RA, std::size_t RB>
 std::array<index_t, R> broadcast_runtime(const std::array<index_t, RA>& a, const std::array<index_t, RB>& b,
                                          const char* op) {
   std::array<index_t, R> out{};
-  for (std::size_t i = 0; i < R; ++i) {
-    const index_t ea = i + RA >= R ? a[i + RA - R] : 1;
-    const index_t eb = i + RB >= R ? b[i + RB - R] : 1;
-    if (ea == eb || eb == 1) {
-      out[i] = ea;
-    } else if (ea == 1) {
-      out[i] = eb;
-    } else {
-      throw ShapeError(std::string(op) + ": shapes " + extents_to_string(a) + " and " + extents_to_string(b) +
-                       " cannot be broadcast together (dimension " + std::to_string(i) + ": " +
-                       std::to_string(ea) + " vs " + std::to_string(eb) + ")");
+  if constexpr (R > 0)
+    for (std::size_t i = 0; i < R; ++i) {
+      const index_t ea = i + RA >= R ? a[i + RA - R] : 1;
+      const index_t eb = i + RB >= R ? b[i + RB - R] : 1;
+      if (ea == eb || eb == 1) {
+        out[i] = ea;
+      } else if (ea == 1) {
+        out[i] = eb;
+      } else {
+        throw ShapeError(std::string(op) + ": shapes " + extents_to_string(a) + " and " + extents_to_string(b) +
+                         " cannot be broadcast together (dimension " + std::to_string(i) + ": " +
+                         std::to_string(ea) + " vs " + std::to_string(eb) + ")");
+      }
     }
-  }
   return out;
 }
 
@@ -126,15 +129,16 @@ template <std::size_t R, std::size_t RS>
 std::array<index_t, R> broadcast_strides(const std::array<index_t, RS>& e, const std::array<index_t, R>& out) {
   std::array<index_t, R> s{};
   index_t acc = 1;
-  for (std::size_t i = R; i-- > 0;) {
-    if (i + RS < R) {
-      s[i] = 0;
-      continue;
+  if constexpr (R > 0)
+    for (std::size_t i = R; i-- > 0;) {
+      if (i + RS < R) {
+        s[i] = 0;
+        continue;
+      }
+      const index_t ext = e[i + RS - R];
+      s[i] = (ext == 1 && out[i] != 1) ? 0 : acc;
+      acc *= ext;
     }
-    const index_t ext = e[i + RS - R];
-    s[i] = (ext == 1 && out[i] != 1) ? 0 : acc;
-    acc *= ext;
-  }
   return s;
 }
 

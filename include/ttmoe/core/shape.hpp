@@ -29,7 +29,9 @@ constexpr std::array<index_t, sizeof...(Es)> dynamic_slots() {
   std::array<index_t, sizeof...(Es)> slot{};
   constexpr std::array<index_t, sizeof...(Es)> ext{Es...};
   index_t k = 0;
-  for (index_t i = 0; i < sizeof...(Es); ++i) slot[i] = ext[i] == dyn ? k++ : dyn;
+  // Rank-0 loops are guarded here and below: nvcc warns (#186) on `i < 0` with an unsigned bound.
+  if constexpr (sizeof...(Es) > 0)
+    for (std::size_t i = 0; i < sizeof...(Es); ++i) slot[i] = ext[i] == dyn ? k++ : dyn;
   return slot;
 }
 }  // namespace detail
@@ -38,10 +40,11 @@ constexpr std::array<index_t, sizeof...(Es)> dynamic_slots() {
 template <std::size_t R>
 std::string extents_to_string(const std::array<index_t, R>& e) {
   std::string s = "[";
-  for (std::size_t i = 0; i < R; ++i) {
-    if (i) s += ", ";
-    s += std::to_string(e[i]);
-  }
+  if constexpr (R > 0)
+    for (std::size_t i = 0; i < R; ++i) {
+      if (i) s += ", ";
+      s += std::to_string(e[i]);
+    }
   return s + "]";
 }
 
@@ -65,14 +68,15 @@ class Shape {
   /// Builds the shape from all R extents, checking the static ones; `op` names the caller in errors.
   static Shape from_extents(const std::array<index_t, rank>& e, const char* op = "shape") {
     Shape s = uninitialised();
-    for (std::size_t i = 0; i < rank; ++i) {
-      if (static_extents[i] == dyn) {
-        s.dyn_[kSlot[i]] = e[i];
-      } else if (static_extents[i] != e[i]) {
-        throw ShapeError(std::string(op) + ": extents " + extents_to_string(e) +
-                         " do not fit the static shape " + Shape::type_string());
+    if constexpr (rank > 0)
+      for (std::size_t i = 0; i < rank; ++i) {
+        if (static_extents[i] == dyn) {
+          s.dyn_[kSlot[i]] = e[i];
+        } else if (static_extents[i] != e[i]) {
+          throw ShapeError(std::string(op) + ": extents " + extents_to_string(e) +
+                           " do not fit the static shape " + Shape::type_string());
+        }
       }
-    }
     return s;
   }
 
@@ -97,13 +101,15 @@ class Shape {
   /// All extents as an array.
   constexpr std::array<index_t, rank> extents() const {
     std::array<index_t, rank> e{};
-    for (std::size_t i = 0; i < rank; ++i) e[i] = extent(i);
+    if constexpr (rank > 0)
+      for (std::size_t i = 0; i < rank; ++i) e[i] = extent(i);
     return e;
   }
   /// Number of elements (1 for rank 0).
   constexpr index_t numel() const {
     index_t n = 1;
-    for (std::size_t i = 0; i < rank; ++i) n *= extent(i);
+    if constexpr (rank > 0)
+      for (std::size_t i = 0; i < rank; ++i) n *= extent(i);
     return n;
   }
   /// Row-major strides in elements.
@@ -121,10 +127,11 @@ class Shape {
   /// The type's extents with `?` for dynamic ones: "[?, 197, 768]".
   static std::string type_string() {
     std::string s = "[";
-    for (std::size_t i = 0; i < rank; ++i) {
-      if (i) s += ", ";
-      s += static_extents[i] == dyn ? std::string("?") : std::to_string(static_extents[i]);
-    }
+    if constexpr (rank > 0)
+      for (std::size_t i = 0; i < rank; ++i) {
+        if (i) s += ", ";
+        s += static_extents[i] == dyn ? std::string("?") : std::to_string(static_extents[i]);
+      }
     return s + "]";
   }
   friend constexpr bool operator==(const Shape& a, const Shape& b) { return a.extents() == b.extents(); }

@@ -9,9 +9,10 @@
 
 namespace ttmoe::expr {
 
-/// Coalesces `ext` (rank R) and the strides of every leaf of kernel `k` in place.
+namespace detail {
+/// coalesce for a rank R >= 1.
 template <std::size_t R, class K>
-void coalesce(std::array<index_t, R>& ext, K& k) {
+void coalesce_ranked(std::array<index_t, R>& ext, K& k) {
   // Gather every leaf's stride array.
   std::array<index_t, R>* strides[64];
   std::size_t nleaves = 0;
@@ -43,7 +44,16 @@ void coalesce(std::array<index_t, R>& ext, K& k) {
   for (std::size_t d = 0; d < R; ++d) ext[d] = d < pad ? 1 : new_ext[d - pad];
   for (std::size_t l = 0; l < nleaves; ++l)
     for (std::size_t d = 0; d < R; ++d) (*strides[l])[d] = d < pad ? 0 : new_str[l][d - pad];
-  k.visit_leaves([&](auto& leaf) { leaf.inner_contiguous = R == 0 || leaf.stride[R - 1] == 1; });
+  k.visit_leaves([&](auto& leaf) { leaf.inner_contiguous = leaf.stride[R - 1] == 1; });
+}
+}  // namespace detail
+
+/// Coalesces `ext` (rank R) and the strides of every leaf of kernel `k` in place.
+template <std::size_t R, class K>
+void coalesce(std::array<index_t, R>& ext, K& k) {
+  // Rank 0 has nothing to merge and its leaves stay contiguous (the kernels' default); skipping it also
+  // keeps nvcc's #186 (`d < 0` with an unsigned bound) out of every rank-0 instantiation.
+  if constexpr (R > 0) detail::coalesce_ranked(ext, k);
 }
 
 }  // namespace ttmoe::expr

@@ -52,7 +52,8 @@ struct LeafKernel {
   /// Positions the operand at the output row whose outer multi-index is idx (last entry ignored).
   TTMOE_HD void set_row(const std::array<index_t, R>& idx, index_t out_row_offset) {
     index_t off = 0;
-    for (std::size_t d = 0; d + 1 < R; ++d) off += idx[d] * stride[d];
+    if constexpr (R > 0)  // nvcc warns (#186) on `d + 1 < 0` with an unsigned bound
+      for (std::size_t d = 0; d + 1 < R; ++d) off += idx[d] * stride[d];
     row = base ? base + off : nullptr;
     if (sink_base) sink_row = sink_base + out_row_offset;
   }
@@ -64,7 +65,8 @@ struct LeafKernel {
   /// Value at an arbitrary output multi-index (for executors without rows, e.g. one GPU thread each).
   TTMOE_HD T at(const std::array<index_t, R>& idx) const {
     index_t off = 0;
-    for (std::size_t d = 0; d < R; ++d) off += idx[d] * stride[d];
+    if constexpr (R > 0)
+      for (std::size_t d = 0; d < R; ++d) off += idx[d] * stride[d];
     return base[off];
   }
   template <class V>

@@ -8,7 +8,7 @@
 //   blocks.{i}.mlp._num_global_experts (int64 scalar)
 // fc2 is stored transposed (Tutel computes y = h @ batched_fc2_w[e]). The rest are timm's names.
 //
-// Loading goes through io::load_state, so a checkpoint is checked completely before anything is
+// Loading goes through nn::load_state, so a checkpoint is checked completely before anything is
 // written: GMoECheckpointSource presents the file under the module's names (one [H, D] slice per
 // expert, fc2 transposed back, the temperature as a scalar), so a wrong expert count shows as
 // missing / unexpected experts and a wrong width as a shape mismatch, all in one CheckpointError.
@@ -70,9 +70,9 @@ inline const std::vector<BatchedExpertKey>& batched_expert_keys() {
 }
 }  // namespace detail
 
-/// A GMoE checkpoint in the authors' layout seen under the module's parameter names (an io::TensorSource
-/// for io::load_state). The constructor checks that each MoE block's batched tensors agree with each
-/// other and with `_num_global_experts`, and throws io::CheckpointError naming the file keys if not.
+/// A GMoE checkpoint in the authors' layout seen under the module's parameter names (an nn::TensorSource
+/// for nn::load_state). The constructor checks that each MoE block's batched tensors agree with each
+/// other and with `_num_global_experts`, and throws nn::CheckpointError naming the file keys if not.
 class GMoECheckpointSource {
  public:
   /// Wraps `file` (kept by reference). Keys under DomainBed's `model.` prefix are read without it
@@ -114,7 +114,7 @@ class GMoECheckpointSource {
         problems.push_back("'" + full + "' = " + std::to_string(n) + " but the batched expert tensors hold " +
                            std::to_string(it->second) + " experts");
     }
-    if (!problems.empty()) throw io::CheckpointError(file.path(), std::move(problems));
+    if (!problems.empty()) throw nn::CheckpointError(file.path(), std::move(problems));
   }
 
   /// The file's path (for messages).
@@ -162,7 +162,7 @@ class GMoECheckpointSource {
 
   const Entry& entry(std::string_view name) const {
     const auto it = entries_.find(std::string(name));
-    if (it == entries_.end()) throw io::CheckpointError(file_.path(), {"no tensor for parameter '" + std::string(name) + "'"});
+    if (it == entries_.end()) throw nn::CheckpointError(file_.path(), {"no tensor for parameter '" + std::string(name) + "'"});
     return it->second;
   }
 
@@ -181,7 +181,7 @@ class GMoECheckpointSource {
     const std::size_t rank = what.ends_with("_w") ? 3 : 2;
     if (k == nullptr || info.shape.size() != rank) {
       problems.push_back("'" + full + "': " + (k == nullptr ? "not a Tutel expert tensor" : "shape " +
-                         io::detail::shape_str(info.shape) + " is not [experts, ...] of rank " + std::to_string(rank)));
+                         nn::detail::shape_str(info.shape) + " is not [experts, ...] of rank " + std::to_string(rank)));
       return;
     }
     const std::int64_t E = info.shape[0];
@@ -205,14 +205,14 @@ class GMoECheckpointSource {
 };
 
 /// Loads a GMoE checkpoint in the authors' layout (see the file comment) into `model`, which must
-/// have the same MoE blocks, expert count and sizes; throws io::CheckpointError listing every
+/// have the same MoE blocks, expert count and sizes; throws nn::CheckpointError listing every
 /// mismatch before anything is written.
 template <class T, class D>
-io::LoadReport load_gmoe(GMoEVisionTransformer<T, D>& model, const std::filesystem::path& path,
-                         const io::LoadOptions& opt = {}) {
+nn::LoadReport load_gmoe(GMoEVisionTransformer<T, D>& model, const std::filesystem::path& path,
+                         const nn::LoadOptions& opt = {}) {
   io::SafetensorsFile f(path);
   GMoECheckpointSource src(f);
-  return io::load_state(model, src, io::timm_names(), opt);
+  return nn::load_state(model, src, io::timm_names(), opt);
 }
 
 /// Saves `model` in the authors' layout under `prefix` ("" or DomainBed's "model."), as `dtype`.
@@ -265,9 +265,9 @@ void save_gmoe(GMoEVisionTransformer<T, D>& model, const std::filesystem::path& 
 /// then each MoE block's experts are copies of its dense MLP and its router is fresh (seeded).
 template <class T = float, class D = cpu>
 GMoEVisionTransformer<T, D> gmoe_from_vit_checkpoint(const std::filesystem::path& path, const GMoEConfig& c,
-                                                     std::uint64_t seed = 0, const io::LoadOptions& opt = {}) {
+                                                     std::uint64_t seed = 0, const nn::LoadOptions& opt = {}) {
   VisionTransformer<T, D> vit(c.vit, seed);
-  io::load_state(vit, path, io::timm_names(), opt);
+  nn::load_state(vit, path, io::timm_names(), opt);
   return GMoEVisionTransformer<T, D>::from_vit(std::move(vit), c, seed);
 }
 

@@ -2,7 +2,7 @@
 // Llama-family models from and to Hugging Face folders (what save_pretrained writes): config.json
 // plus model.safetensors or a sharded model.safetensors.index.json. Weights are memory-mapped and
 // converted to T (BF16 / F16 / F32 on disk). Every problem with the weights (missing, unexpected,
-// mis-shaped tensors) comes in ONE io::CheckpointError listing them all; a truncated shard or an
+// mis-shaped tensors) comes in ONE nn::CheckpointError listing them all; a truncated shard or an
 // index naming a missing shard is an io::SafetensorsError naming the file.
 
 #include <filesystem>
@@ -19,16 +19,16 @@ template <class T = float, class D = cpu>
 LlamaForCausalLM<T, D> load_llama(const std::filesystem::path& dir) {
   const auto config = LlamaConfig::load(dir / "config.json");
   LlamaForCausalLM<T, D> m(config);
-  io::LoadOptions opt;
+  nn::LoadOptions opt;
   // A tied model's head is the embedding (transformers ignores a stored copy); older transformers
   // saved RoPE's inv_freq buffer, which the config determines.
   if (config.tie_word_embeddings) opt.ignore_keys.push_back("lm_head.weight");
   opt.ignore_keys.push_back("*.rotary_emb.inv_freq");
   const auto single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
   if (std::filesystem::exists(single)) {
-    io::load_state(m, io::SafetensorsFile(single), io::timm_names(), opt);
+    nn::load_state(m, io::SafetensorsFile(single), io::timm_names(), opt);
   } else if (std::filesystem::exists(index)) {
-    io::load_state(m, io::ShardedSafetensors(index), io::timm_names(), opt);
+    nn::load_state(m, io::ShardedSafetensors(index), io::timm_names(), opt);
   } else {
     throw io::SafetensorsError(io::ErrorKind::Io, dir.string(),
                                "no model.safetensors or model.safetensors.index.json in the folder");
@@ -46,7 +46,7 @@ void save_llama(LlamaForCausalLM<T, D>& m, const std::filesystem::path& dir, io:
   c.dtype = dtype == io::DType::BF16 ? "bfloat16" : dtype == io::DType::F16 ? "float16" : "float32";
   if (dtype != io::DType::F32 && dtype != io::DType::BF16 && dtype != io::DType::F16)
     throw ValueError("save_llama: weights are stored as F32, BF16 or F16, not " + std::string(io::dtype_name(dtype)));
-  io::save_state(m, dir / "model.safetensors", io::timm_names(), dtype);
+  nn::save_state(m, dir / "model.safetensors", io::timm_names(), dtype);
   std::ofstream out(dir / "config.json");
   out << c.to_json().dump(2) << "\n";
   if (!out) throw io::SafetensorsError(io::ErrorKind::Io, (dir / "config.json").string(), "cannot write the config");

@@ -97,7 +97,7 @@ template <class T = float, class D = cpu>
 class AttachedAdapters {
  public:
   /// Attaches `adapters` to `m` (which must outlive this object) in `mode`. An adapter whose
-  /// modules or shapes do not fit `m` throws io::CheckpointError naming its folder, each module and
+  /// modules or shapes do not fit `m` throws nn::CheckpointError naming its folder, each module and
   /// the shapes, leaving the model unchanged.
   AttachedAdapters(LlamaForCausalLM<T, D>& m, const std::vector<WeightedAdapter<T, D>>& adapters, LoraMode mode)
       : mode_(mode) {
@@ -123,7 +123,7 @@ class AttachedAdapters {
           per_module[name].emplace_back(&mod, wa.weight);
       }
     }
-    if (!problems.empty()) throw io::CheckpointError("AttachedAdapters", std::move(problems));
+    if (!problems.empty()) throw nn::CheckpointError("AttachedAdapters", std::move(problems));
     autograd::NoGrad ng;
     for (const auto& [name, mods] : per_module) {
       nn::Linear<T, D>& lin = *linears.at(name);

@@ -194,7 +194,7 @@ struct LoraModule {
 
 /// A LoRA adapter: its config and one LoraModule per adapted Linear, keyed by the module's dotted
 /// name in the base model (model.layers.0.self_attn.q_proj). visit_parameters gives the names of
-/// PEFT's state dict without its "base_model.model." prefix, so io::save_state writes the file.
+/// PEFT's state dict without its "base_model.model." prefix, so nn::save_state writes the file.
 template <class T = float, class D = cpu>
 struct PeftAdapter {
   LoraAdapterConfig config;
@@ -217,7 +217,7 @@ using LinearShapes = std::map<std::string, std::pair<index_t, index_t>>;
 /// problems throw PeftConfigError; problems with the weights (a key for a module the base model
 /// lacks or target_modules does not select, shapes that do not fit the base model and the
 /// configured rank, a lora_A without its lora_B, other kinds of keys) all come in ONE
-/// io::CheckpointError naming adapter_model.safetensors and, for each, the key and the shapes.
+/// nn::CheckpointError naming adapter_model.safetensors and, for each, the key and the shapes.
 template <class T = float, class D = cpu>
 PeftAdapter<T, D> load_peft_adapter(const std::filesystem::path& dir, const LinearShapes& base) {
   if (!std::filesystem::is_directory(dir))
@@ -244,7 +244,7 @@ PeftAdapter<T, D> load_peft_adapter(const std::filesystem::path& dir, const Line
     const auto it = base.find(module);
     const auto& file_shape = file.info(key).shape;
     if (it == base.end()) {
-      problems.push_back("key '" + key + "' " + io::detail::shape_str(file_shape) + ": unknown module '" + module +
+      problems.push_back("key '" + key + "' " + nn::detail::shape_str(file_shape) + ": unknown module '" + module +
                          "' (the base model has no adaptable Linear of that name)");
       continue;
     }
@@ -257,9 +257,9 @@ PeftAdapter<T, D> load_peft_adapter(const std::filesystem::path& dir, const Line
     const auto [d0, d1] = is_a ? std::pair{r, in} : std::pair{out, r};
     const std::vector<std::int64_t> want{std::int64_t(d0), std::int64_t(d1)};
     if (file_shape != want) {
-      problems.push_back("key '" + key + "': shape " + io::detail::shape_str(file_shape) + " does not fit the base model's " +
+      problems.push_back("key '" + key + "': shape " + nn::detail::shape_str(file_shape) + " does not fit the base model's " +
                          module + " [out, in] = " + shape_str(out, in) + " with r = " + std::to_string(r) + " (expected " +
-                         io::detail::shape_str(want) + ")");
+                         nn::detail::shape_str(want) + ")");
       rejected.insert(module);
       continue;
     }
@@ -273,8 +273,8 @@ PeftAdapter<T, D> load_peft_adapter(const std::filesystem::path& dir, const Line
                          ".weight is missing (key '" + prefix + name + (m.lora_A.weight.defined() ? ".lora_B" : ".lora_A") +
                          ".weight')");
   if (a.modules.empty() && problems.empty()) problems.push_back("no LoRA factors in the file");
-  if (!problems.empty()) throw io::CheckpointError(weights.string(), std::move(problems));
-  io::load_state(a, file, io::timm_names(prefix));  // every shape checked above: this only reads
+  if (!problems.empty()) throw nn::CheckpointError(weights.string(), std::move(problems));
+  nn::load_state(a, file, io::timm_names(prefix));  // every shape checked above: this only reads
   return a;
 }
 
@@ -296,7 +296,7 @@ void save_peft_adapter(PeftAdapter<T, D>& a, const std::filesystem::path& dir, i
                        " but its config gives " + std::to_string(a.config.scaling_for(name)));
   }
   std::filesystem::create_directories(dir);
-  io::save_state(a, dir / "adapter_model.safetensors", io::timm_names(peft_key_prefix), dtype);
+  nn::save_state(a, dir / "adapter_model.safetensors", io::timm_names(peft_key_prefix), dtype);
   std::ofstream out(dir / "adapter_config.json");
   out << a.config.to_json().dump(2) << "\n";
   if (!out) throw io::SafetensorsError(io::ErrorKind::Io, (dir / "adapter_config.json").string(), "cannot write the config");

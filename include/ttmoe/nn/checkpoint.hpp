@@ -22,7 +22,7 @@
 #include "ttmoe/io/safetensors_sharded.hpp"
 #include "ttmoe/nn/module.hpp"
 
-namespace ttmoe::io {
+namespace ttmoe::nn {
 
 /// A checkpoint that does not fit the module; what() names the file and lists every problem.
 class CheckpointError : public std::runtime_error {
@@ -63,19 +63,23 @@ struct LoadReport {
 };
 
 namespace detail {
-inline bool is_float_dtype(DType d) { return d == DType::F32 || d == DType::F64 || d == DType::F16 || d == DType::BF16; }
-inline std::string shape_str(const std::vector<std::int64_t>& s) { return format_shape(std::span<const std::int64_t>(s)); }
+inline bool is_float_dtype(io::DType d) {
+  return d == io::DType::F32 || d == io::DType::F64 || d == io::DType::F16 || d == io::DType::BF16;
+}
+inline std::string shape_str(const std::vector<std::int64_t>& s) {
+  return io::format_shape(std::span<const std::int64_t>(s));
+}
 inline bool matches_any(const std::vector<std::string>& globs, const std::string& name) {
   return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return fnmatch(g.c_str(), name.c_str(), 0) == 0; });
 }
 }  // namespace detail
 
-/// Something tensors load from: a SafetensorsFile, or a ShardedSafetensors (the same lookups).
+/// Something tensors load from: an io::SafetensorsFile, or a ShardedSafetensors (the same lookups).
 template <class F>
 concept TensorSource = requires(const F& f, std::string_view k) {
   { f.path() } -> std::convertible_to<std::string>;
   { f.contains(k) } -> std::convertible_to<bool>;
-  { f.info(k) } -> std::convertible_to<const TensorInfo&>;
+  { f.info(k) } -> std::convertible_to<const io::TensorInfo&>;
   { f.names() } -> std::convertible_to<std::vector<std::string>>;
 };
 
@@ -83,7 +87,8 @@ concept TensorSource = requires(const F& f, std::string_view k) {
 /// `names`. Throws CheckpointError listing all problems; on error the module is unchanged. Writes
 /// into the existing parameter storage, so requires_grad flags and views stay valid.
 template <class M, TensorSource F>
-LoadReport load_state(M& module, const F& file, const NameMap& names = timm_names(), const LoadOptions& opt = {}) {
+LoadReport load_state(M& module, const F& file, const io::NameMap& names = io::timm_names(),
+                      const LoadOptions& opt = {}) {
   std::vector<std::string> problems;
   LoadReport report;
   std::set<std::string> used;
@@ -102,7 +107,7 @@ LoadReport load_state(M& module, const F& file, const NameMap& names = timm_name
       return;
     }
     used.insert(key);
-    const TensorInfo& info = file.info(key);
+    const io::TensorInfo& info = file.info(key);
     const auto e = t.extents();
     const std::vector<std::int64_t> want(e.begin(), e.end());
     if (info.shape != want)
@@ -110,7 +115,7 @@ LoadReport load_state(M& module, const F& file, const NameMap& names = timm_name
                          name + " " + detail::shape_str(want));
     const bool float_dst = std::is_floating_point_v<T>;
     if (float_dst != detail::is_float_dtype(info.dtype))
-      problems.push_back("dtype " + std::string(dtype_name(info.dtype)) + " of '" + key +
+      problems.push_back("dtype " + std::string(io::dtype_name(info.dtype)) + " of '" + key +
                          "' does not convert to the parameter's element type");
   });
   for (const auto& key : file.names()) {
@@ -131,20 +136,21 @@ LoadReport load_state(M& module, const F& file, const NameMap& names = timm_name
   return report;
 }
 
-/// Opens `path` and loads it into `module` (see the overload taking a SafetensorsFile).
+/// Opens `path` and loads it into `module` (see the overload taking an io::SafetensorsFile).
 template <class M>
-LoadReport load_state(M& module, const std::filesystem::path& path, const NameMap& names = timm_names(),
+LoadReport load_state(M& module, const std::filesystem::path& path, const io::NameMap& names = io::timm_names(),
                       const LoadOptions& opt = {}) {
-  SafetensorsFile f(path);
+  io::SafetensorsFile f(path);
   return load_state(module, f, names, opt);
 }
 
 /// Writes every parameter of `module` to a safetensors file under `names` (timm names by default),
 /// stored as `dtype` (F32 default), with `metadata` entries (plus format=pt like torch's save).
 template <class M>
-void save_state(M& module, const std::filesystem::path& path, const NameMap& names = timm_names(),
-                DType dtype = DType::F32, const std::vector<std::pair<std::string, std::string>>& metadata = {}) {
-  SafetensorsWriter w;
+void save_state(M& module, const std::filesystem::path& path, const io::NameMap& names = io::timm_names(),
+                io::DType dtype = io::DType::F32,
+                const std::vector<std::pair<std::string, std::string>>& metadata = {}) {
+  io::SafetensorsWriter w;
   nn::for_each_parameter(module, [&](const std::string& name, auto& t) {
     using T = typename std::remove_cvref_t<decltype(t)>::value_type;
     const auto e = t.extents();
@@ -156,4 +162,4 @@ void save_state(M& module, const std::filesystem::path& path, const NameMap& nam
   w.write(path);
 }
 
-}  // namespace ttmoe::io
+}  // namespace ttmoe::nn

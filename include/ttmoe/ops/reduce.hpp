@@ -99,25 +99,27 @@ auto mean_all(const X& xin) {
 }
 
 namespace detail {
+/// Max / min (IsMin) along Axis with the index of the chosen element: the values record under `name`
+/// (the gradient flows to that element) and the indices are returned beside them.
 template <int Axis, bool KeepDim, bool IsMin, class X>
 auto extremum(const X& xin, const char* name) {
-  auto x = eval(xin);
-  using TX = std::remove_cvref_t<decltype(x)>;
-  using T = typename TX::value_type;
+  using TX = std::remove_cvref_t<decltype(eval(xin))>;
   using D = typename TX::device_type;
-  constexpr std::size_t A = axis_v<Axis, TX::rank>;
-  const auto v = axis_view<A>(x.extents());
-  if (v[1] == 0) throw ValueError(std::string(name) + ": reduction over an empty axis of shape " + x.shape().to_string());
-  using SO = reduced_shape_t<A, KeepDim, typename TX::shape_type>;
-  Tensor<T, SO, D> out(reduced_shape<A, KeepDim>(x.shape()));
-  Tensor<std::int64_t, SO, D> idx(out.shape());
-  Backend<D>::reduce_extremum(x.data(), out.data(), idx.data(), v[0], v[1], v[2], IsMin);
-  if (should_record(x)) {
-    auto m = x.meta();
-    record(name, out, [m, v, idx](const T* g) {
-      Backend<D>::scatter_add_axis(m->accumulate_target(), g, idx.data(), v[0], v[1], v[2], index_t(1));
-    });
-  }
+  using Indices = Tensor<std::int64_t, reduced_shape_t<axis_v<Axis, TX::rank>, KeepDim, typename TX::shape_type>, D>;
+  Indices idx;
+  auto out = reduce_along<Axis, KeepDim>(
+      xin, name,
+      [&idx, name](const auto& x, auto& values, const auto& v) {
+        if (v[1] == 0)
+          throw ValueError(std::string(name) + ": reduction over an empty axis of shape " + x.shape().to_string());
+        idx = Indices(values.shape());
+        Backend<D>::reduce_extremum(x.data(), values.data(), idx.data(), v[0], v[1], v[2], IsMin);
+      },
+      [&idx](const auto& x, const auto&, const auto& v) {
+        return [m = x.meta(), v, idx](const auto* g) {
+          Backend<D>::scatter_add_axis(m->accumulate_target(), g, idx.data(), v[0], v[1], v[2], index_t(1));
+        };
+      });
   return std::pair{out, idx};
 }
 }  // namespace detail

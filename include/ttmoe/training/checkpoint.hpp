@@ -3,7 +3,7 @@
 // steps in ONE safetensors file, written atomically (SafetensorsWriter::write: temporary file,
 // fsync, rename), so an interrupted run leaves either the previous checkpoint or the new one, never
 // a mix. Parameters are stored under "model." + their module names (loaded back through
-// io::load_state, which checks every key and shape before touching the model), optimiser buffers
+// nn::load_state, which checks every key and shape before touching the model), optimiser buffers
 // under "optimizer." + their state_dict names; the step counts are metadata.
 
 #include <cstdint>
@@ -91,7 +91,7 @@ inline std::size_t checkpoint_step(const std::filesystem::path& path) {
 }
 
 /// Reads a checkpoint written by save_checkpoint into `model` and `opt`; returns the completed step
-/// count. Throws io::CheckpointError (parameters that do not fit) or training::CheckpointError
+/// count. Throws nn::CheckpointError (parameters that do not fit) or training::CheckpointError
 /// (missing or malformed step metadata), before changing anything on a mismatch of the model.
 template <class Model, StatefulOptimizer Optimizer>
 std::size_t load_checkpoint(Model& model, Optimizer& opt, const std::filesystem::path& path) {
@@ -106,7 +106,7 @@ std::size_t load_checkpoint(Model& model, Optimizer& opt, const std::filesystem:
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
     state.tensors.emplace_back(name.substr(prefix.size()), file.template read<T>(name));
   }
-  io::load_state(model, file, io::timm_names(kModelPrefix));
+  nn::load_state(model, file, io::timm_names(kModelPrefix));
   opt.load_state_dict(state);
   return std::size_t(step);
 }

@@ -159,7 +159,7 @@ CheckpointRecord evaluate_checkpoint(Model& model, const data::DomainBedDataset&
 /// Trains `model` (float; forward(images [B, C, H, W]) -> logits [B, classes]; parameters visited by
 /// nn::for_each_parameter) on `ds` by DomainBed's protocol (see the header comment) and returns
 /// every evaluation record. Throws data::DomainBedError for a test_env out of range or an empty
-/// training split, io::ImageError naming an unreadable image, CheckpointError / io::CheckpointError
+/// training split, io::ImageError naming an unreadable image, CheckpointError / nn::CheckpointError
 /// for a checkpoint in run_dir that does not fit the model, RecordsError for a results file of another
 /// run, and NonFiniteLoss. T is the model's element type (the images are decoded as floats).
 template <class Model, class T = float>

@@ -39,7 +39,7 @@ struct LoraTrainOptions {
 template <class T, class D>
 class LoraTrainingAttachment {
  public:
-  /// Throws io::CheckpointError when a module of `a` is not an adaptable Linear of `m` or its factors
+  /// Throws nn::CheckpointError when a module of `a` is not an adaptable Linear of `m` or its factors
   /// do not fit it (nothing is changed then).
   LoraTrainingAttachment(models::LlamaForCausalLM<T, D>& m, models::PeftAdapter<T, D>& a) {
     auto linears = models::adaptable_linears(m);
@@ -60,7 +60,7 @@ class LoraTrainingAttachment {
         bound_.push_back({it->second, &mod, it->second->delta_A, it->second->delta_B});
     }
     if (!problems.empty())
-      throw io::CheckpointError(a.source.empty() ? std::string("LoRA training") : a.source, std::move(problems));
+      throw nn::CheckpointError(a.source.empty() ? std::string("LoRA training") : a.source, std::move(problems));
     nn::for_each_parameter(m, [&](const std::string&, auto& p) {
       if (!p.requires_grad()) return;
       p.set_requires_grad(false);

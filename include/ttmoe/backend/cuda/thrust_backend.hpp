@@ -115,7 +115,8 @@ struct BroadcastSum {
           r /= out_ext[d];
         }
       index_t off = 0;
-      for (std::size_t d = 0; d < R; ++d) off = off * out_ext[d] + idx[d];
+      if constexpr (R > 0)  // nvcc warns (#186) on `d < 0` with an unsigned bound
+        for (std::size_t d = 0; d < R; ++d) off = off * out_ext[d] + idx[d];
       acc += src[off];
     }
     dst[q] += acc;
@@ -605,7 +606,8 @@ struct ThrustBackend {
     }
     std::array<index_t, R> le{};
     le.fill(1);
-    for (std::size_t d = 0; d < RL; ++d) le[R - RL + d] = leaf[d];
+    if constexpr (RL > 0)  // nvcc warns (#186) on `d < 0` with an unsigned bound
+      for (std::size_t d = 0; d < RL; ++d) le[R - RL + d] = leaf[d];
     for_n(leaf_n, detail::BroadcastSum<T, R>{dst, src, out, le, out_n / leaf_n});
   }
 
