@@ -268,6 +268,7 @@ TEST_CASE("domainbed records: JSONL round trip and errors naming the line and fi
   CHECK(std::isnan(back[1].loss));
   CHECK(back[1].in_acc == records[1].in_acc);
   CHECK_THAT(training::record_to_json(records[0]), Catch::Contains("\"env1_out_acc\": 0.5"));
+  CHECK_THAT(training::record_to_json(records[1]), Catch::Contains("\"loss\": null"));  // JSON has no NaN
   std::ofstream(path, std::ios::app) << "{\"step\": 600, \"test_env\": 1}\n";
   try {
     training::read_records(path);
@@ -275,6 +276,12 @@ TEST_CASE("domainbed records: JSONL round trip and errors naming the line and fi
   } catch (const training::RecordsError& e) {
     CHECK_THAT(e.what(), Catch::Contains("results.jsonl:3") && Catch::Contains("'trial_seed'"));
   }
+  training::write_records(records, path);
+  std::ofstream(path, std::ios::app) << "{\"step\": 600, \"test_env\": \n";  // a line cut by a crash
+  CHECK_THROWS_WITH(training::read_records(path), Catch::Contains("results.jsonl:3") && Catch::Contains("not a JSON line"));
+  training::write_records(records, path);
+  std::ofstream(path, std::ios::app) << "{\"step\": \"600\", \"test_env\": 1}\n";
+  CHECK_THROWS_WITH(training::read_records(path), Catch::Contains("'step' is not a number"));
 }
 
 TEST_CASE("domainbed table: DomainBed's columns, mean +/- standard error, average and X", "[domainbed_table]") {

@@ -4,6 +4,8 @@
 // file reads like DomainBed's to a person or a script. The values are flat numbers (no nested "args"
 // or "hparams" objects), which is all model selection needs; they are written with 17 significant
 // digits so a record read back compares equal to the one written (resume and cached results rely on it).
+// A non-finite loss is written as JSON's null (Python's json writes a bare NaN, which is not JSON and
+// which nlohmann-json, the parser here, rightly refuses); null reads back as NaN.
 //
 // The file is rewritten whole through a temporary file and a rename after every record (it holds
 // ~17 short lines for a 5001-step run), so an interruption leaves the previous complete file.
@@ -17,8 +19,9 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace ttmoe::training {
 
@@ -43,7 +46,7 @@ struct CheckpointRecord {
 /// One record as a line of JSON (no newline).
 inline std::string record_to_json(const CheckpointRecord& r) {
   auto num = [](double v) {
-    if (!std::isfinite(v)) return std::string("NaN");  // Python's json writes NaN too
+    if (!std::isfinite(v)) return std::string("null");
     char buf[40];
     std::snprintf(buf, sizeof buf, "%.17g", v);
     return std::string(buf);
@@ -59,34 +62,36 @@ inline std::string record_to_json(const CheckpointRecord& r) {
 }
 
 namespace records_detail {
-/// The number after `"key":` in a flat JSON line; throws RecordsError naming `where` and the key.
-inline double number_field(const std::string& line, const std::string& key, const std::string& where) {
-  const std::string pattern = "\"" + key + "\":";
-  const auto at = line.find(pattern);
-  if (at == std::string::npos) throw RecordsError(where + ": field '" + key + "' is missing");
-  const char* begin = line.c_str() + at + pattern.size();
-  while (*begin == ' ') ++begin;
-  if (std::string_view(begin).starts_with("NaN")) return std::nan("");
-  char* end = nullptr;
-  const double v = std::strtod(begin, &end);
-  if (end == begin) throw RecordsError(where + ": field '" + key + "' is not a number: '" + std::string(begin).substr(0, 20) + "'");
-  return v;
+/// The number `key` of a parsed record (null reads as NaN); throws RecordsError naming `where` and the key.
+inline double number_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
+  const auto it = j.find(key);
+  if (it == j.end()) throw RecordsError(where + ": field '" + key + "' is missing");
+  if (it->is_null()) return std::nan("");
+  if (!it->is_number()) throw RecordsError(where + ": field '" + key + "' is not a number: " + it->dump());
+  return it->get<double>();
 }
 }  // namespace records_detail
 
 /// Parses a line written by record_to_json; `where` (file:line) prefixes errors.
 inline CheckpointRecord record_from_json(const std::string& line, const std::string& where = "record") {
   using records_detail::number_field;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw RecordsError(where + ": not a JSON line: " + e.what());
+  }
+  if (!j.is_object()) throw RecordsError(where + ": a record must be a JSON object");
   CheckpointRecord r;
-  r.step = std::int64_t(number_field(line, "step", where));
-  r.test_env = std::int64_t(number_field(line, "test_env", where));
-  r.trial_seed = std::int64_t(number_field(line, "trial_seed", where));
-  r.loss = number_field(line, "loss", where);
-  const double envs = number_field(line, "num_envs", where);
+  r.step = std::int64_t(number_field(j, "step", where));
+  r.test_env = std::int64_t(number_field(j, "test_env", where));
+  r.trial_seed = std::int64_t(number_field(j, "trial_seed", where));
+  r.loss = number_field(j, "loss", where);
+  const double envs = number_field(j, "num_envs", where);
   if (!(envs >= 1 && envs <= 1024)) throw RecordsError(where + ": field 'num_envs' = " + std::to_string(envs) + " is out of range");
   for (std::size_t e = 0; e < std::size_t(envs); ++e) {
-    r.in_acc.push_back(number_field(line, "env" + std::to_string(e) + "_in_acc", where));
-    r.out_acc.push_back(number_field(line, "env" + std::to_string(e) + "_out_acc", where));
+    r.in_acc.push_back(number_field(j, "env" + std::to_string(e) + "_in_acc", where));
+    r.out_acc.push_back(number_field(j, "env" + std::to_string(e) + "_out_acc", where));
   }
   return r;
 }
