@@ -211,9 +211,7 @@ inline void run_experiment(const Experiment& x, const std::filesystem::path& fig
   }
   if (!routing.empty()) {
     const std::size_t E = std::size_t(x.models.back().config.num_experts);
-    // The grid title must fit above two tiles: the row order (domains sorted) is in the README.
-    save_routing_figure(routing, moe_blocks, domains.size(), E, "tokens per expert (rows: domains)",
-                        figure);
+    save_routing_figure(routing, moe_blocks, domains, E, "share of each domain's tokens per expert", figure);
     fmt::print("\nExpert routing (fraction of each domain's tokens per expert, trial 0): {}\n", figure.string());
   }
 }

@@ -52,16 +52,19 @@ inline std::vector<std::vector<double>> expert_usage(ttmoe::models::GMoEVisionTr
 
 /// One tile per (run, MoE layer): `runs[i]` is (title, usage from expert_usage).
 inline void save_routing_figure(const std::vector<std::pair<std::string, std::vector<std::vector<double>>>>& runs,
-                                const std::vector<std::size_t>& moe_blocks, std::size_t domains, std::size_t experts,
+                                const std::vector<std::size_t>& moe_blocks, const std::vector<std::string>& domains,
+                                std::size_t experts,
                                 const std::string& title, const std::filesystem::path& path) {
   ttmoe::plot::HeatmapGrid g;
   g.title = title;
   g.vmin = 0, g.vmax = 1;
   g.columns = int(moe_blocks.size());
   g.tile_px = 180;
+  g.row_labels = domains;
+  for (std::size_t e = 0; e < experts; ++e) g.col_labels.push_back(fmt::format("e{}", e));
   for (const auto& [name, usage] : runs)
     for (std::size_t l = 0; l < usage.size(); ++l)
-      g.tiles.push_back({fmt::format("{} block {}", name, moe_blocks[l]), int(domains), int(experts), usage[l]});
+      g.tiles.push_back({fmt::format("{} block {}", name, moe_blocks[l]), int(domains.size()), int(experts), usage[l]});
   if (!path.parent_path().empty()) std::filesystem::create_directories(path.parent_path());
   ttmoe::plot::save(g, path);
 }

@@ -60,3 +60,35 @@ TEST_CASE("plot: heat-map grid with colour bar decodes back, bad tiles are rejec
   CHECK_THROWS_AS(plot::render(g), std::invalid_argument);
   CHECK(plot::Canvas::text_width("abc", 2) == 2 * plot::Canvas::text_width("abc", 1));
 }
+
+TEST_CASE("plot: heat-map row and column labels take room and ink, and must match the tiles", "[data]") {
+  plot::HeatmapGrid g;
+  g.title = "routing";
+  g.columns = 1;
+  g.tile_px = 60;
+  g.tiles.push_back({"block 8", 2, 3, {0, 0.5, 1, 1, 0.5, 0}});
+  const io::Image plain = plot::render(g);
+  g.row_labels = {"handwriting", "serif"};
+  g.col_labels = {"e0", "e1", "e2"};
+  const io::Image labelled = plot::render(g);
+  // The widest row label is drawn left of the matrix and the column labels under it.
+  CHECK(labelled.width >= plain.width + plot::Canvas::text_width("handwriting", 1));
+  CHECK(labelled.height >= plain.height + plot::Canvas::text_height(1));
+  // Black pixels in the band of the matrix rows (y from the title row + 28 on), x in [x0, x1).
+  const auto black_pixels_in = [](const io::Image& im, int x0, int x1) {
+    int n = 0;
+    for (int y = 56 + 28; y < 56 + 28 + 60; ++y)
+      for (int x = x0; x < x1; ++x)
+        n += im.at(y, x, 0) < 0.1f && im.at(y, x, 1) < 0.1f && im.at(y, x, 2) < 0.1f;
+    return n;
+  };
+  // Left of the matrix: the row labels' ink; without labels that strip is the matrix (no black in viridis).
+  const int strip = plot::Canvas::text_width("handwriting", 1);
+  CHECK(black_pixels_in(plain, 16, 16 + strip) == 0);
+  CHECK(black_pixels_in(labelled, 16, 16 + strip) > 20);
+  g.row_labels = {"only one"};
+  CHECK_THROWS_AS(plot::render(g), std::invalid_argument);
+  g.row_labels.clear();
+  g.col_labels = {"e0", "e1"};
+  CHECK_THROWS_AS(plot::render(g), std::invalid_argument);
+}
