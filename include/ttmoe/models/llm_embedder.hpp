@@ -95,6 +95,8 @@ class LlmEmbedder {
 
   /// Width of the embeddings (the model's hidden size).
   index_t dim() const { return model_->config.hidden_size; }
+  /// Tokens per text (the rest is cut).
+  index_t max_tokens() const { return opt_.max_tokens; }
   /// "lm:<name>:<dim>:<max_tokens>:<l2|raw>" (for embedding caches).
   const std::string& identity() const { return identity_; }
 

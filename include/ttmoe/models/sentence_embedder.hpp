@@ -15,12 +15,14 @@
 namespace ttmoe::models {
 
 /// encode(texts) -> [texts.size(), dim()] F32 embeddings on the CPU, row i for texts[i]; identity()
-/// changes whenever the embeddings could (model, weights, truncation), so caches can key on it.
+/// changes whenever the embeddings could (model, weights, truncation), so caches can key on it;
+/// max_tokens() is how many tokens of a text are embedded (the rest is cut).
 template <class E>
 concept SentenceEmbedder = requires(const E& e, const std::vector<std::string>& texts) {
   { e.encode(texts) } -> std::same_as<Tensor<float, DynShape<2>, cpu>>;
   { e.dim() } -> std::convertible_to<index_t>;
   { e.identity() } -> std::convertible_to<std::string>;
+  { e.max_tokens() } -> std::convertible_to<index_t>;
 };
 
 }  // namespace ttmoe::models

@@ -164,6 +164,8 @@ class SentenceEncoder {
   }
   /// Tokens per text after truncation (special tokens included).
   index_t max_seq_length() const { return max_seq_length_; }
+  /// The same (models::SentenceEmbedder's name for it).
+  index_t max_tokens() const { return max_seq_length_; }
   /// Whether embeddings are L2-normalised.
   bool normalizes() const { return normalize_; }
   /// "bert" or "mpnet".
