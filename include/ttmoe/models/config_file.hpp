@@ -5,8 +5,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -41,5 +43,60 @@ Json read_config_json(const std::filesystem::path& path, const std::string& what
     throw E(path.string(), "", std::string("invalid JSON: ") + e.what());
   }
 }
+
+namespace detail {
+/// Typed access to config.json fields, each failure an `E` (a ConfigFieldError) naming the file and
+/// the field; every model config (Llama, BERT, MPNet) reads its file through one of these.
+template <class E>
+struct ConfigFieldReader {
+  const nlohmann::json& j;
+  std::string label, prefix;
+
+  bool has(const char* k) const { return j.contains(k) && !j.at(k).is_null(); }
+  std::string name(const char* k) const { return prefix + k; }
+  [[noreturn]] void fail(const char* k, const std::string& what) const { throw E(label, name(k), what); }
+  std::int64_t integer(const char* k) const {
+    if (!has(k)) fail(k, "is required");
+    const auto& v = j.at(k);
+    if (!v.is_number_integer()) fail(k, "expected an integer, got " + v.dump());
+    return v.get<std::int64_t>();
+  }
+  std::int64_t integer(const char* k, std::int64_t def) const { return has(k) ? integer(k) : def; }
+  double number(const char* k) const {
+    if (!has(k)) fail(k, "is required");
+    const auto& v = j.at(k);
+    if (!v.is_number()) fail(k, "expected a number, got " + v.dump());
+    return v.get<double>();
+  }
+  double number(const char* k, double def) const { return has(k) ? number(k) : def; }
+  bool boolean(const char* k, bool def) const {
+    if (!has(k)) return def;
+    const auto& v = j.at(k);
+    if (!v.is_boolean()) fail(k, "expected true or false, got " + v.dump());
+    return v.get<bool>();
+  }
+  std::string string(const char* k, const std::string& def) const {
+    if (!has(k)) return def;
+    const auto& v = j.at(k);
+    if (!v.is_string()) fail(k, "expected a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+  /// An int or a list of ints (bos/eos_token_id); empty when absent or null.
+  std::vector<std::int64_t> ids(const char* k) const {
+    if (!has(k)) return {};
+    const auto& v = j.at(k);
+    if (v.is_number_integer()) return {v.get<std::int64_t>()};
+    std::vector<std::int64_t> out;
+    if (v.is_array())
+      for (const auto& e : v) {
+        if (!e.is_number_integer()) fail(k, "expected an integer or a list of integers, got " + v.dump());
+        out.push_back(e.get<std::int64_t>());
+      }
+    else
+      fail(k, "expected an integer or a list of integers, got " + v.dump());
+    return out;
+  }
+};
+}  // namespace detail
 
 }  // namespace ttmoe::models

@@ -218,6 +218,9 @@ class HfTokenizer final : public Tokenizer {
     max_length_ = max_length;
     truncate_left_ = left;
   }
+  /// Turns the padding tokenizer.json asks for on or off (a batching caller pads itself and wants
+  /// each text's own ids; sentence-transformers' tokenizer.json files often pad to a fixed 128).
+  void set_padding(bool on) { pad_ = on; }
   /// The added tokens, in file order.
   const std::vector<AddedToken>& added_tokens() const noexcept { return added_; }
 

@@ -28,6 +28,7 @@
 #include "ttmoe/autograd/backward.hpp"
 #include "ttmoe/autograd/tape.hpp"
 #include "ttmoe/training/checkpoint.hpp"
+#include "ttmoe/training/progress.hpp"
 #include "ttmoe/training/schedule.hpp"
 
 namespace ttmoe::training {
@@ -88,12 +89,10 @@ inline std::function<void(const StepReport&)> stderr_progress(std::string label 
   return [label = std::move(label), every](const StepReport& r) {
     const bool last = r.step + 1 == r.total_steps;
     if (r.step % every && !last) return;
-    const int bar = int(30.0 * double(r.step + 1) / double(r.total_steps));
-    std::fprintf(stderr, "\r  %s [%s%s] %zu/%zu  %.2f steps/s  loss %.4f  lr %.2e ", label.c_str(),
-                 std::string(std::size_t(bar), '#').c_str(), std::string(std::size_t(30 - bar), '.').c_str(),
-                 r.step + 1, r.total_steps, r.seconds > 0 ? double(r.steps_this_run) / r.seconds : 0.0, r.loss, r.lr);
-    if (last) std::fprintf(stderr, "\n");
-    std::fflush(stderr);
+    char tail[64];
+    std::snprintf(tail, sizeof tail, " loss %.4f  lr %.2e", r.loss, r.lr);
+    draw_progress_line(label, r.step + 1, r.total_steps, r.seconds > 0 ? double(r.steps_this_run) / r.seconds : 0.0,
+                       "steps", tail);
   };
 }
 

@@ -1,0 +1,110 @@
+#pragma once
+// φ from the base LM itself (the TTMM paper's alternative to a sentence encoder): the mean over a
+// text's tokens of the Llama-family model's last hidden states (after the final RMSNorm, what
+// transformers returns as last_hidden_state), L2-normalised by default so that dot products are
+// cosines as the expert selection expects. Texts are tokenised by the model's own tokenizer
+// (its template, e.g. BOS, applied) and cut to max_tokens. Batches are right-padded: with causal
+// attention no real token sees a padding token, so the padded rows change nothing and are left out
+// of the mean.
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ttmoe/models/llama_hf.hpp"
+#include "ttmoe/models/sentence_encoder.hpp"
+#include "ttmoe/text/load.hpp"
+
+namespace ttmoe::models {
+
+/// The base LM's mean-pooled last hidden states as a sentence embedder (models::SentenceEmbedder).
+class LlmEmbedder {
+ public:
+  /// How the texts are cut and batched.
+  struct Options {
+    index_t max_tokens = 512;  ///< tokens per text (template tokens included)
+    index_t batch_size = 8;
+    bool normalize = true;     ///< L2-normalise each embedding
+  };
+
+  /// Shares `model` (the base LM a TTMM run already holds) and `tokenizer`; `name` enters identity().
+  LlmEmbedder(std::shared_ptr<const LlamaForCausalLM<float>> model, std::shared_ptr<const text::Tokenizer> tokenizer,
+              std::string name, Options opt)
+      : model_(std::move(model)), tokenizer_(std::move(tokenizer)), opt_(opt) {
+    if (!model_ || !tokenizer_) throw ValueError("LlmEmbedder: a model and a tokenizer are needed");
+    opt_.max_tokens = std::clamp<index_t>(opt_.max_tokens, 1, model_->config.max_position_embeddings);
+    opt_.batch_size = std::max<index_t>(1, opt_.batch_size);
+    identity_ = "lm:" + name + ":" + std::to_string(dim()) + ":" + std::to_string(opt_.max_tokens) +
+                (opt_.normalize ? ":l2" : ":raw");
+  }
+
+  /// Loads the HF folder `dir` (config.json, weights, tokenizer.json or tokenizer.model).
+  static LlmEmbedder load(const std::filesystem::path& dir, Options opt) {
+    auto model = std::make_shared<const LlamaForCausalLM<float>>(load_llama<float>(dir));
+    std::shared_ptr<text::Tokenizer> tok = text::load_tokenizer(dir);
+    // A tokenizer.json may ask for padding or a shorter truncation: texts are cut here, never padded.
+    if (auto* hf = dynamic_cast<text::HfTokenizer*>(tok.get())) {
+      hf->set_padding(false);
+      hf->set_truncation(std::size_t(std::max<index_t>(1, opt.max_tokens)));
+    }
+    return LlmEmbedder(std::move(model), std::move(tok), std::filesystem::path(dir).lexically_normal().filename().string(), opt);
+  }
+  /// load() with the default options.
+  static LlmEmbedder load(const std::filesystem::path& dir) { return load(dir, Options{}); }
+
+  /// Embeddings [texts.size(), dim()], row i for texts[i]; a text with no tokens gives a zero row.
+  Tensor<float, DynShape<2>, cpu> encode(const std::vector<std::string>& texts) const {
+    autograd::NoGrad ng;
+    const index_t n = index_t(texts.size()), d = dim();
+    std::vector<std::vector<std::int32_t>> ids(texts.size());
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      ids[i] = tokenizer_->encode(texts[i], true);
+      if (index_t(ids[i].size()) > opt_.max_tokens) ids[i].resize(std::size_t(opt_.max_tokens));
+    }
+    std::vector<std::size_t> order(texts.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ids[a].size() > ids[b].size(); });
+    std::vector<float> out(std::size_t(n * d), 0.f);
+    for (std::size_t first = 0; first < order.size(); first += std::size_t(opt_.batch_size)) {
+      const std::size_t last = std::min(order.size(), first + std::size_t(opt_.batch_size));
+      const index_t B = index_t(last - first), T = index_t(ids[order[first]].size());  // longest first
+      if (T == 0) continue;
+      std::vector<std::int64_t> padded(std::size_t(B * T), 0);
+      for (index_t b = 0; b < B; ++b) std::copy(ids[order[first + std::size_t(b)]].begin(), ids[order[first + std::size_t(b)]].end(), padded.begin() + b * T);
+      const auto tok = IndexTensor<DynShape<2>, cpu>::from_host(DynShape<2>(B, T), std::span<const std::int64_t>(padded));
+      const auto h = model_->hidden_states(tok);
+      const float* hp = h.data();
+      for (index_t b = 0; b < B; ++b) {
+        const std::size_t row = order[first + std::size_t(b)];
+        const index_t L = index_t(ids[row].size());
+        for (index_t c = 0; c < d && L > 0; ++c) {
+          double s = 0;
+          for (index_t t = 0; t < L; ++t) s += hp[(b * T + t) * d + c];
+          out[row * std::size_t(d) + std::size_t(c)] = float(s / double(L));
+        }
+      }
+    }
+    if (opt_.normalize) detail::normalize_rows(out, d);
+    return Tensor<float, DynShape<2>, cpu>::from_host(DynShape<2>(n, d), out);
+  }
+
+  /// Width of the embeddings (the model's hidden size).
+  index_t dim() const { return model_->config.hidden_size; }
+  /// Tokens per text (the rest is cut).
+  index_t max_tokens() const { return opt_.max_tokens; }
+  /// "lm:<name>:<dim>:<max_tokens>:<l2|raw>" (for embedding caches).
+  const std::string& identity() const { return identity_; }
+
+ private:
+  std::shared_ptr<const LlamaForCausalLM<float>> model_;
+  std::shared_ptr<const text::Tokenizer> tokenizer_;
+  Options opt_;
+  std::string identity_;
+};
+
+}  // namespace ttmoe::models
