@@ -63,8 +63,8 @@ inline std::vector<std::vector<std::size_t>> assign_experts_to_ranks(const std::
   std::vector<std::size_t> order(costs.size());
   std::iota(order.begin(), order.end(), std::size_t(0));
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return costs[a] > costs[b]; });
-  std::vector<std::vector<std::size_t>> plan(std::size_t(ranks));
-  std::vector<std::int64_t> load(std::size_t(ranks), 0);
+  std::vector<std::vector<std::size_t>> plan(static_cast<std::size_t>(ranks));
+  std::vector<std::int64_t> load(std::size_t(ranks), std::int64_t{0});
   for (const std::size_t k : order) {
     const auto r = std::size_t(std::min_element(load.begin(), load.end()) - load.begin());  // first minimum
     plan[r].push_back(k);
