@@ -26,6 +26,8 @@
 #include "ttmoe/models/llama_lora.hpp"
 #include "ttmoe/models/llama_loss.hpp"
 #include "ttmoe/training/llama_lora.hpp"
+#include "ttmoe/ttmm/clustering.hpp"
+#include "ttmoe/ttmm/expert_store.hpp"
 
 namespace ttmoe::ttmm {
 
@@ -123,6 +125,53 @@ models::PeftAdapter<T, D> train_expert(models::LlamaForCausalLM<T, D>& m,
   to.loop.progress = std::move(progress);
   training::train_lora(m, adapter, next, to);
   return adapter;
+}
+
+/// Each cluster's training cost: the tokens of its documents (what assign_experts_to_ranks balances).
+inline std::vector<std::int64_t> cluster_token_costs(const Clusters& c, const std::vector<std::vector<std::int64_t>>& tokens) {
+  if (c.assignment.size() != tokens.size())
+    throw ValueError("cluster_token_costs: " + std::to_string(c.assignment.size()) + " assignments for " +
+                     std::to_string(tokens.size()) + " documents");
+  std::vector<std::int64_t> cost(c.count(), 0);
+  for (std::size_t i = 0; i < tokens.size(); ++i) cost[std::size_t(c.assignment[i])] += std::int64_t(tokens[i].size());
+  return cost;
+}
+
+/// What train_store_experts did.
+struct ExpertsReport {
+  std::vector<std::size_t> trained;  ///< experts this call trained and wrote
+  std::vector<std::size_t> skipped;  ///< experts already in the store (an earlier or concurrent run)
+};
+
+/// Trains the experts `which` of clustering `c` (documents `tokens`, aligned with c.assignment) and
+/// writes each through `store` as soon as it is done, skipping those already there: a run killed
+/// half-way is finished by running it again, and what it left half-written (experts/.partial-*) is
+/// never taken for an expert. `on_written(k)` (may be empty) runs after each expert is written, and
+/// `progress(k)` gives the step callback of expert k (may be empty).
+template <class T, class D>
+ExpertsReport train_store_experts(models::LlamaForCausalLM<T, D>& m, ExpertStoreWriter& store, const Clusters& c,
+                                  const std::vector<std::vector<std::int64_t>>& tokens,
+                                  const std::vector<std::size_t>& which, const ExpertTrainingOptions& o,
+                                  const std::string& base_model = "",
+                                  std::function<std::function<void(const training::StepReport&)>(std::size_t)> progress = {},
+                                  std::function<void(std::size_t)> on_written = {}) {
+  ExpertsReport r;
+  for (const std::size_t k : which) {
+    if (k >= c.count()) throw ValueError("train_store_experts: expert " + std::to_string(k) + " of " + std::to_string(c.count()));
+    if (store.has_expert(index_t(k))) {
+      r.skipped.push_back(k);
+      continue;
+    }
+    std::vector<std::vector<std::int64_t>> docs;
+    for (const auto i : c.members(k)) docs.push_back(tokens[i]);
+    auto adapter = train_expert(m, docs, k, o, base_model, progress ? progress(k) : nullptr);
+    if (store.add_expert(index_t(k), adapter))
+      r.trained.push_back(k);
+    else
+      r.skipped.push_back(k);  // another process finished it meanwhile: its copy is identical
+    if (on_written) on_written(k);
+  }
+  return r;
 }
 
 }  // namespace ttmoe::ttmm
