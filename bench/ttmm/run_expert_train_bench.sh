@@ -33,7 +33,7 @@ trap 'rm -rf "$tmp"' EXIT
 err=$tmp/err
 fail() { echo "run_expert_train_bench: $1 failed:" >&2; tail -20 "$err" >&2; exit 1; }
 # The same token ids for both sides.
-python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 8192, size=($steps + $warmup) * 4 * $seq_len).astype('<i8').tofile('$tmp/tokens.bin')"
+"$torch_py" -c "import numpy as np; np.random.default_rng(0).integers(0, 8192, size=($steps + $warmup) * 4 * $seq_len).astype('<i8').tofile('$tmp/tokens.bin')"
 args=(--seq "$seq_len" --steps "$steps" --warmup "$warmup" --threads 2 --tokens "$tmp/tokens.bin")
 echo "# PyTorch side: $torch_py, torch $("$torch_py" -c 'import torch; print(torch.__version__)'), peft $("$torch_py" -c 'import peft; print(peft.__version__)')"
 echo "# one expert: batch 4 x $seq_len tokens, rank 64, $steps timed step(s) after $warmup warm-up per process, $rounds rounds"
