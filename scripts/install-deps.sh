@@ -29,6 +29,7 @@ pkgs=(
   libpcre2-dev libutf8proc-dev libsentencepiece-dev    # tokenizers: pre-tokenizer regex, Unicode, SentencePiece
   sentencepiece                                        # spm_train/spm_encode: the SentencePiece parity reference
   libcli11-dev                                         # example command lines
+  openmpi-bin libopenmpi-dev                           # ttmm train sharded over mpirun (examples/ttmm)
   base-files                                           # llm's default model: /usr/share/common-licenses (Essential)
   libssl-dev libfreetype-dev                           # DomainBed split (MD5), digit-set font rendering
   opencv-doc                                           # digit set: the 5,000 handwritten digits of digits.png

@@ -213,23 +213,31 @@ inline constexpr const char* peft_key_prefix = "base_model.model.";
 /// The [out, in] shapes of the base model's adaptable Linear modules, by dotted name.
 using LinearShapes = std::map<std::string, std::pair<index_t, index_t>>;
 
-/// Loads the PEFT adapter folder `dir` for a base model whose Linear modules are `base`. Config
-/// problems throw PeftConfigError; problems with the weights (a key for a module the base model
-/// lacks or target_modules does not select, shapes that do not fit the base model and the
-/// configured rank, a lora_A without its lora_B, other kinds of keys) all come in ONE
-/// nn::CheckpointError naming adapter_model.safetensors and, for each, the key and the shapes.
-template <class T = float, class D = cpu>
-PeftAdapter<T, D> load_peft_adapter(const std::filesystem::path& dir, const LinearShapes& base) {
+/// What a PEFT adapter folder holds, checked against a base model but not yet read: its config,
+/// the mapped weights file and the [rank, in] / [out, rank] factor shapes of every module.
+struct PeftAdapterLayout {
+  LoraAdapterConfig config;
+  io::SafetensorsFile file;  ///< adapter_model.safetensors, mapped (only its header has been read)
+  std::map<std::string, std::pair<DynShape<2>, DynShape<2>>> modules;  ///< module -> (lora_A, lora_B) shapes
+};
+
+/// Checks the PEFT adapter folder `dir` against a base model whose Linear modules are `base`
+/// without reading the factors (only the config and the safetensors header). Config problems throw
+/// PeftConfigError; problems with the weights (a key for a module the base model lacks or
+/// target_modules does not select, shapes that do not fit the base model and the configured rank, a
+/// lora_A without its lora_B, other kinds of keys) all come in ONE nn::CheckpointError naming
+/// adapter_model.safetensors and, for each, the key and the shapes; a missing or truncated file is
+/// an io::SafetensorsError naming it.
+inline PeftAdapterLayout inspect_peft_adapter(const std::filesystem::path& dir, const LinearShapes& base) {
   if (!std::filesystem::is_directory(dir))
     throw io::SafetensorsError(io::ErrorKind::Io, dir.string(), "the adapter folder does not exist");
-  PeftAdapter<T, D> a;
-  a.source = dir.string();
-  a.config = LoraAdapterConfig::load(dir / "adapter_config.json");
+  auto config = LoraAdapterConfig::load(dir / "adapter_config.json");
   const auto weights = dir / "adapter_model.safetensors";
   if (!std::filesystem::exists(weights))
     throw io::SafetensorsError(io::ErrorKind::Io, weights.string(),
                                "missing (ttmoe reads adapter_model.safetensors, not the pickled adapter_model.bin)");
-  io::SafetensorsFile file(weights);
+  PeftAdapterLayout a{std::move(config), io::SafetensorsFile(weights), {}};
+  const auto& file = a.file;
   const std::string prefix = peft_key_prefix;
   std::vector<std::string> problems;
   std::set<std::string> rejected;  // modules with a key already reported (no "missing partner" for them)
@@ -263,18 +271,35 @@ PeftAdapter<T, D> load_peft_adapter(const std::filesystem::path& dir, const Line
       rejected.insert(module);
       continue;
     }
-    auto& m = a.modules[module];
-    m.scaling = a.config.scaling_for(module);
-    (is_a ? m.lora_A : m.lora_B).weight = Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(d0, d1));
+    auto& m = a.modules.try_emplace(module, DynShape<2>(0, 0), DynShape<2>(0, 0)).first->second;
+    (is_a ? m.first : m.second) = DynShape<2>(d0, d1);
   }
-  for (const auto& [name, m] : a.modules)
-    if (!rejected.count(name) && (!m.lora_A.weight.defined() || !m.lora_B.weight.defined()))
-      problems.push_back("module '" + name + "': " + (m.lora_A.weight.defined() ? "lora_B" : "lora_A") +
-                         ".weight is missing (key '" + prefix + name + (m.lora_A.weight.defined() ? ".lora_B" : ".lora_A") +
-                         ".weight')");
+  for (const auto& [name, m] : a.modules) {
+    const bool has_a = m.first.numel() > 0, has_b = m.second.numel() > 0;
+    if (!rejected.count(name) && (!has_a || !has_b))
+      problems.push_back("module '" + name + "': " + (has_a ? "lora_B" : "lora_A") + ".weight is missing (key '" +
+                         prefix + name + (has_a ? ".lora_B" : ".lora_A") + ".weight')");
+  }
   if (a.modules.empty() && problems.empty()) problems.push_back("no LoRA factors in the file");
   if (!problems.empty()) throw nn::CheckpointError(weights.string(), std::move(problems));
-  nn::load_state(a, file, io::timm_names(prefix));  // every shape checked above: this only reads
+  return a;
+}
+
+/// Loads the PEFT adapter folder `dir` for a base model whose Linear modules are `base`: checks it
+/// as inspect_peft_adapter does (same errors), then reads the factors from the mapped file.
+template <class T = float, class D = cpu>
+PeftAdapter<T, D> load_peft_adapter(const std::filesystem::path& dir, const LinearShapes& base) {
+  auto layout = inspect_peft_adapter(dir, base);
+  PeftAdapter<T, D> a;
+  a.source = dir.string();
+  a.config = std::move(layout.config);
+  for (const auto& [name, shapes] : layout.modules) {
+    auto& m = a.modules[name];
+    m.scaling = a.config.scaling_for(name);
+    m.lora_A.weight = Tensor<T, DynShape<2>, D>::zeros(shapes.first);
+    m.lora_B.weight = Tensor<T, DynShape<2>, D>::zeros(shapes.second);
+  }
+  nn::load_state(a, layout.file, io::timm_names(peft_key_prefix));  // every shape checked: this only reads
   return a;
 }
 

@@ -1,0 +1,82 @@
+// ttmm: test-time model merging (the TTMM paper) with a Llama-family base model from a Hugging Face
+// folder.
+//
+//   ttmm train --model DIR --corpus PATH --clusters K --out STORE [--embedder lm|DIR --rank 64
+//              --alpha 16 --lr 2e-4 --weight-decay 0.01 --batch 4 --epochs 1 --max-tokens 1024
+//              --text-field text --id-field F --seed S]
+//       one LoRA expert per cluster of the corpus's documents, written to the expert store STORE
+//       (train.hpp). Alone, or sharded over processes:
+//         mpirun -np N ttmm train ...            (as root: scripts/ttmm-mpirun.sh N ttmm train ...)
+//       A run that was killed is finished by running the same command again.
+//   ttmm base-model --corpus PATH --out DIR [--steps S --hidden H --layers L --context T ...]
+//       a small Llama and its BPE tokenizer trained from scratch on a corpus (`llm train`'s recipe),
+//       to try `ttmm train` without downloading a model.
+//
+// Every failure is one "ttmm ...: error: ..." line on stderr and exit status 1.
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "ttmoe/ttmoe.hpp"  // the CPU backend the model runs on
+#include "../llm/train.hpp"
+#include "ranks.hpp"
+#include "train.hpp"
+
+int main(int argc, char** argv) {
+  ttmm_example::Ranks ranks(argc, argv);
+  CLI::App app{"ttmm: test-time model merging of LoRA experts (TTMM)"};
+  app.require_subcommand(1);
+
+  ttmm_example::TrainOptions o;
+  CLI::App* t = app.add_subcommand("train", "train one LoRA expert per cluster of a corpus into an expert store");
+  t->add_option("--model", o.model, "Hugging Face folder of the base model")->required()->check(CLI::ExistingDirectory);
+  t->add_option("--embedder", o.embedder, "φ: 'lm' (the base model's mean-pooled last hidden states) or a sentence-encoder folder")
+      ->capture_default_str();
+  t->add_option("--corpus", o.corpus, "a folder of text files or a .jsonl file")->required();
+  t->add_option("--text-field", o.corpus_options.text_field, "JSONL: the field holding the text")->capture_default_str();
+  t->add_option("--id-field", o.corpus_options.id_field, "JSONL: the field holding the document id");
+  t->add_option("--clusters", o.clusters, "K, the number of clusters and experts")->required()->check(CLI::PositiveNumber);
+  t->add_option("--out", o.out, "the expert store folder")->required();
+  t->add_option("--rank", o.expert.rank, "LoRA rank r")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--alpha", o.expert.alpha, "LoRA alpha (scale alpha / r)")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--lr", o.expert.adam.lr, "AdamW learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--weight-decay", o.expert.adam.weight_decay, "AdamW decoupled weight decay")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  t->add_option("--batch", o.expert.batch, "documents per step")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--epochs", o.expert.epochs, "passes over each cluster")->capture_default_str()->check(CLI::PositiveNumber);
+  t->add_option("--max-tokens", o.max_tokens, "each document's first tokens used (capped at the model's context)")
+      ->capture_default_str()->check(CLI::Range(2, 1 << 30));
+  t->add_option("--seed", o.expert.seed, "expert initialisation and document order seed")->capture_default_str();
+
+  llm_example::TrainOptions bo;
+  bo.steps = 200;
+  CLI::App* b = app.add_subcommand("base-model", "train a small Llama and its BPE tokenizer from scratch on a corpus");
+  b->add_option("--corpus", bo.corpus, "a UTF-8 text file or a folder of them")->required()->check(CLI::ExistingPath);
+  b->add_option("--out", bo.out, "the Hugging Face folder to write")->required();
+  b->add_option("--vocab-size", bo.vocab_size, "BPE vocabulary")->capture_default_str();
+  b->add_option("--hidden", bo.hidden, "hidden size")->capture_default_str()->check(CLI::PositiveNumber);
+  b->add_option("--layers", bo.layers, "decoder layers")->capture_default_str()->check(CLI::PositiveNumber);
+  b->add_option("--heads", bo.heads, "attention heads")->capture_default_str()->check(CLI::PositiveNumber);
+  b->add_option("--kv-heads", bo.kv_heads, "key/value heads")->capture_default_str()->check(CLI::PositiveNumber);
+  b->add_option("--intermediate", bo.intermediate, "MLP width")->capture_default_str()->check(CLI::PositiveNumber);
+  b->add_option("--context", bo.context, "the model's context")->capture_default_str()->check(CLI::PositiveNumber);
+  b->add_option("--steps", bo.steps, "optimiser steps")->capture_default_str()->check(CLI::PositiveNumber);
+  b->add_option("--seed", bo.seed, "initialisation seed")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return ranks.leader() ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
+  if (t->parsed()) return ttmm_example::run_train(ranks, o);
+  try {
+    if (!ranks.leader()) return 0;  // one process writes the folder
+    return llm_example::run_train(bo);
+  } catch (const std::exception& e) {
+    std::cerr << "ttmm base-model: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,137 @@
+# `ttmm train` end to end on a tiny base model (`ttmm base-model`, a few steps) and a 12-document
+# corpus cut from Debian's common-licenses:
+#  - a single process writes a complete store that opens with the validating reader;
+#  - `mpirun -np 2` (when built with MPI) writes the same store: identical centroids and index,
+#    bit-identical expert files;
+#  - a rank that exits abruptly after its first expert (TTMM_EXIT_AFTER_EXPERTS=1) fails the run;
+#    a planted half-written expert folder is not used; the rerun finishes the store, equal to the
+#    uninterrupted one;
+#  - bad input: an empty corpus, a corpus of only empty / non-UTF-8 documents, K above the number of
+#    documents, and a restart into a store of other settings, each a clear message and status 1.
+#   cmake -DTTMM=<ttmm> -DWORK=<dir> -DSCRIPTS=<repo>/scripts [-DMPIEXEC=<mpiexec>] -P ttmm_train_check.cmake
+if(NOT TTMM OR NOT WORK OR NOT SCRIPTS)
+  message(FATAL_ERROR "usage: cmake -DTTMM=<ttmm> -DWORK=<dir> -DSCRIPTS=<dir> [-DMPIEXEC=<mpiexec>] -P ttmm_train_check.cmake")
+endif()
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}/corpus")
+
+# Runs ttmm with ARGN (one thread per process, so single and MPI runs reduce in the same order);
+# sets <prefix>_rc, <prefix>_out, <prefix>_err.
+function(run_ttmm prefix)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env TTMOE_NUM_THREADS=1 ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err WORKING_DIRECTORY "${WORK}")
+  set(${prefix}_rc "${rc}" PARENT_SCOPE)
+  set(${prefix}_out "${out}" PARENT_SCOPE)
+  set(${prefix}_err "${err}" PARENT_SCOPE)
+endfunction()
+function(expect_ok prefix what)
+  if(NOT ${prefix}_rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${${prefix}_rc}):\n${${prefix}_out}\n${${prefix}_err}")
+  endif()
+endfunction()
+function(expect_error prefix needle what)
+  if(${prefix}_rc EQUAL 0)
+    message(FATAL_ERROR "${what}: expected a failure, got status 0:\n${${prefix}_out}")
+  endif()
+  string(FIND "${${prefix}_err}" "${needle}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${what}: stderr lacks '${needle}':\n${${prefix}_err}")
+  endif()
+endfunction()
+function(expect_contains text needle what)
+  string(FIND "${text}" "${needle}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${what}: '${needle}' not in:\n${text}")
+  endif()
+endfunction()
+# Every file of store `a` equals the one in store `b`, byte for byte.
+function(expect_same_store a b what)
+  set(files centroids.safetensors index.json)
+  foreach(i 0 1 2)
+    list(APPEND files experts/${i}/adapter_config.json experts/${i}/adapter_model.safetensors)
+  endforeach()
+  foreach(f IN LISTS files)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files "${WORK}/${a}/${f}" "${WORK}/${b}/${f}" RESULT_VARIABLE d)
+    if(NOT d EQUAL 0)
+      message(FATAL_ERROR "${what}: ${b}/${f} differs from ${a}/${f}")
+    endif()
+  endforeach()
+endfunction()
+
+# Corpus: the first 1500 bytes of 12 licence texts, the last 4 in a sub-folder (read recursively).
+file(GLOB licences LIST_DIRECTORIES false /usr/share/common-licenses/*)
+list(SORT licences)
+list(SUBLIST licences 0 12 licences)
+set(i 0)
+foreach(l IN LISTS licences)
+  get_filename_component(name "${l}" NAME)
+  file(READ "${l}" text LIMIT 1500)
+  set(sub "")
+  if(i GREATER_EQUAL 8)
+    set(sub "more/")
+  endif()
+  file(WRITE "${WORK}/corpus/${sub}${name}.txt" "${text}")
+  math(EXPR i "${i} + 1")
+endforeach()
+
+run_ttmm(base "${TTMM}" base-model --corpus corpus --out model --steps 5 --hidden 32 --layers 1 --heads 2
+         --kv-heads 1 --intermediate 64 --context 64 --vocab-size 300)
+expect_ok(base "ttmm base-model")
+set(common --model model --clusters 3 --rank 4 --lr 1e-3)
+
+# Single process.
+run_ttmm(one "${TTMM}" train ${common} --corpus corpus --out store1)
+expect_ok(one "ttmm train (one process)")
+expect_contains("${one_out}" "documents: 12" "single-process summary")
+expect_contains("${one_out}" "experts: 3 (trained 3, already there 0) on 1 rank(s)" "single-process summary")
+expect_contains("${one_err}" "exceeds the model's context; using 64" "--max-tokens note")
+
+# A rank killed after its first expert, leftovers of a killed writer planted; then the rerun.
+set(launcher "${TTMM}")
+set(ranks 1)
+if(MPIEXEC)
+  set(launcher ${CMAKE_COMMAND} -E env MPIEXEC=${MPIEXEC} sh ${SCRIPTS}/ttmm-mpirun.sh 2 "${TTMM}")
+  set(ranks 2)
+  run_ttmm(two ${launcher} train ${common} --corpus corpus --out store2)
+  expect_ok(two "mpirun -np 2 ttmm train")
+  expect_contains("${two_out}" "experts: 3 (trained 3, already there 0) on 2 rank(s)" "MPI summary")
+  expect_same_store(store1 store2 "mpirun -np 2 vs one process")
+else()
+  message(STATUS "ttmm_train_check: built without MPI, the two-rank comparison is not run")
+endif()
+run_ttmm(killed ${CMAKE_COMMAND} -E env TTMM_EXIT_AFTER_EXPERTS=1 ${launcher} train ${common} --corpus corpus --out store3)
+expect_error(killed "TTMM_EXIT_AFTER_EXPERTS=1: exiting abruptly" "killed run")
+file(GLOB finished LIST_DIRECTORIES true "${WORK}/store3/experts/[0-9]*")
+list(LENGTH finished n_finished)
+if(n_finished GREATER_EQUAL 3 OR n_finished EQUAL 0)
+  message(FATAL_ERROR "killed run: expected 1 to 2 finished experts, found ${n_finished}")
+endif()
+file(MAKE_DIRECTORY "${WORK}/store3/experts/.partial-2-99999-0")
+file(WRITE "${WORK}/store3/experts/.partial-2-99999-0/adapter_model.safetensors" "half-written")
+run_ttmm(rerun ${launcher} train ${common} --corpus corpus --out store3)
+expect_ok(rerun "rerun after the killed run")
+expect_contains("${rerun_err}" "removed 1 half-written expert folder" "rerun")
+expect_contains("${rerun_out}" "already there ${n_finished})" "rerun skips the finished experts")
+if(EXISTS "${WORK}/store3/experts/.partial-2-99999-0")
+  message(FATAL_ERROR "the half-written expert folder is still there after the rerun")
+endif()
+expect_same_store(store1 store3 "killed and rerun vs uninterrupted")
+
+# Bad input.
+file(MAKE_DIRECTORY "${WORK}/empty")
+run_ttmm(empty "${TTMM}" train ${common} --corpus empty --out bad1)
+expect_error(empty "empty: the corpus holds no document" "empty corpus")
+file(WRITE "${WORK}/allbad/blank.txt" "  \n")
+execute_process(COMMAND sh -c "printf 'caf\\351 cr\\350me' > '${WORK}/allbad/latin1.txt'")
+run_ttmm(allbad "${TTMM}" train ${common} --corpus allbad --out bad2)
+expect_error(allbad "no usable document; all 2 were skipped" "only empty / non-UTF-8 documents")
+expect_contains("${allbad_err}" "blank.txt (empty)" "only empty / non-UTF-8 documents")
+expect_contains("${allbad_err}" "latin1.txt (not valid UTF-8" "only empty / non-UTF-8 documents")
+run_ttmm(bigk ${launcher} train --model model --clusters 20 --corpus corpus --out bad3)
+expect_error(bigk "K = 20 clusters for 12 documents" "K above the documents")
+run_ttmm(mismatch "${TTMM}" train --model model --clusters 3 --rank 8 --corpus corpus --out store1)
+expect_error(mismatch "mismatched store: rank is 4 there but 8 in this run" "restart into another run's store")
+file(REMOVE "${WORK}/corpus/Apache-2.0.txt")
+run_ttmm(other "${TTMM}" train ${common} --corpus corpus --out store1)
+expect_error(other "mismatched store" "restart with another corpus")
+message(STATUS "ttmm_train_check: all checks passed (${ranks} rank(s) for the kill / restart)")
