@@ -11,6 +11,8 @@
 // Sharding over processes is the pure function assign_experts_to_ranks (largest expert first, each
 // to the least-loaded rank: the classic LPT rule, within 4/3 of the best makespan), so every rank
 // computes the same plan from the cluster sizes without exchanging it.
+// Restartable: train_store_experts writes each expert through the store's atomic writer
+// (ttmm/expert_store.hpp) as soon as it is trained and skips the ones already there.
 // The library makes no MPI call; examples/ttmm drives the ranks.
 
 #include <algorithm>
