@@ -92,7 +92,9 @@ inline int run_fashion(const Options& o) {
 
   // Hyper-parameters: the papers' (--hyper paper), or chosen on the validation stream (cached).
   HyperSet hyper;
-  const std::filesystem::path hyper_path = ckpt.string() + fmt::format(".tta_hyper_b{}_s{}_{}_v5.json", o.batch_size, o.severity, o.val_table);
+  // The name carries everything the search depends on (v5: the validation table joined the key).
+  const std::filesystem::path hyper_path =
+      ckpt.string() + fmt::format(".tta_hyper_b{}_s{}_{}_v5.json", o.batch_size, o.severity, o.val_table);
   if (o.hyper == "paper") {
     hyper = tta_common::paper_defaults();
     fmt::print("\nHyper-parameters: the papers' settings (--hyper paper)\n");
