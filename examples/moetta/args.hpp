@@ -34,6 +34,7 @@ struct Options {
   std::string hyper = "tuned";        ///< embedded: tuned (validation search, cached) | paper
   bool tune = false;                  ///< embedded: rerun the validation search even if cached
   bool validate = false;              ///< embedded: also print the validation-stream tables for every seed
+  std::string val_table = "imagenet"; ///< embedded: ImageNet-C or CIFAR-10-C parameters of the validation corruptions
   bool help = false;
 };
 
@@ -123,6 +124,11 @@ inline std::unique_ptr<CLI::App> make_app(Options& o) {
       ->check(CLI::IsMember({"tuned", "paper"}));
   app->add_flag("--tune", o.tune, "embedded: rerun the validation search even if its result is cached");
   app->add_flag("--validate", o.validate, "embedded: also run every method over the validation stream for every seed");
+  app->add_option("--val-table", o.val_table,
+                  "embedded: imagenet | cifar: the validation corruptions' parameter table\n"
+                  "(ImageNet-C's or CIFAR-10-C's; the test stream keeps the 64-px rule)")
+      ->type_name("T")
+      ->check(CLI::IsMember({"imagenet", "cifar"}));
   return app;
 }
 

@@ -82,7 +82,9 @@ inline int run_fashion(const Options& o) {
   const std::vector<std::string> all_methods = tta::method_keys();
   const auto fisher = fashion_fisher_batches(train, f, 2000, o.batch_size);
   const Geometry geo{1, f.vit.img_size, f.vit.img_size};
-  const auto val_domains = fashion_validation_domains(o.severity);
+  const auto val_table =
+      o.val_table == "cifar" ? data::corruptions::ParameterTable::cifar : data::corruptions::ParameterTable::imagenet;
+  const auto val_domains = fashion_validation_domains(o.severity, val_table);
   const std::size_t val_first = f.train_count(train);
   auto make_val = [&](std::uint64_t seed) {
     return make_fashion_stream(train, val_first, f.holdout, val_domains, f, kValidationPerDomain, seed);
@@ -90,7 +92,9 @@ inline int run_fashion(const Options& o) {
 
   // Hyper-parameters: the papers' (--hyper paper), or chosen on the validation stream (cached).
   HyperSet hyper;
-  const std::filesystem::path hyper_path = ckpt.string() + fmt::format(".tta_hyper_b{}_s{}_v4.json", o.batch_size, o.severity);
+  // The name carries everything the search depends on (v5: the validation table joined the key).
+  const std::filesystem::path hyper_path =
+      ckpt.string() + fmt::format(".tta_hyper_b{}_s{}_{}_v5.json", o.batch_size, o.severity, o.val_table);
   if (o.hyper == "paper") {
     hyper = tta_common::paper_defaults();
     fmt::print("\nHyper-parameters: the papers' settings (--hyper paper)\n");
@@ -100,29 +104,36 @@ inline int run_fashion(const Options& o) {
   } else {
     const FashionStream vs = make_val(kValidationSeed);
     fmt::print("\nChoosing hyper-parameters on the validation stream: ImageNet-C's extra corruptions ({}) at severity {} "
-               "on {} of the {} held-out training images (seed {}); the test set is not used\n",
-               fmt::join(domain_names(val_domains), ", "), o.severity, vs.stream.items.size(), f.holdout,
+               "({} parameter table) on {} of the {} held-out training images (seed {}); the test set is not used\n",
+               fmt::join(domain_names(val_domains), ", "), o.severity, o.val_table, vs.stream.items.size(), f.holdout,
                kValidationSeed);
     const std::size_t nb = (vs.stream.items.size() + std::size_t(o.batch_size) - 1) / std::size_t(o.batch_size);
     auto fill = [&vs, &geo](const data::StreamItem& it, float* out) {
       std::copy_n(vs.pixels.data() + it.ref * geo.floats(), geo.floats(), out);
     };
     std::vector<tta_common::Trial> trials;
+    Results reference_run;  // No-adapt's run, for its per-domain accuracy
     const auto t0 = std::chrono::steady_clock::now();
     hyper = tta_common::search(
         all_methods, tta_common::SearchGrid{},
         [&](const std::string& m, const Hyper& h) {
           Model model = load_fashion_checkpoint(ckpt);
           auto src = loader_source(vs.stream, o.batch_size, geo, fill);
-          return run_method(m, h, model, src, nb, fisher, kValidationSeed, "val " + display_name(m)).accuracy;
+          auto r = run_method(m, h, model, src, nb, fisher, kValidationSeed, "val " + display_name(m));
+          if (m == tta::reference_method().key) reference_run[m].push_back(r);
+          return r.accuracy;
         },
         trials);
+    fmt::print("No-adapt on the validation stream, per domain (%):\n{}\n",
+               domain_table({tta::reference_method().key}, reference_run, domain_names(val_domains)));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("Validation search ({} runs, {:.0f} s; ties keep the paper's value):\n{}\n", trials.size(), secs,
                tta_common::trials_table(trials));
     tta_common::save_json(tta_common::to_json(hyper, trials,
-                                              "chosen on the validation stream (ImageNet-C extra corruptions on the "
-                                              "held-out Fashion-MNIST training images); the test set was not used"),
+                                              fmt::format("chosen on the validation stream (ImageNet-C extra corruptions, {} "
+                                                          "parameter table, on the held-out Fashion-MNIST training "
+                                                          "images); the test set was not used",
+                                                          o.val_table)),
                           hyper_path);
     fmt::print("saved {}\n", hyper_path.string());
   }
