@@ -23,12 +23,13 @@ struct ExpertSelection {
 
 /// Selects experts for the query embedding `q` (length d, L2-normalised by the embedder) against
 /// `centroids` [K, d]; `cfg` holds β, τ and M (defaults 0.2, 0.01, 50).
-inline ExpertSelection select_experts(std::span<const float> q, const Tensor<float, DynShape<2>>& centroids,
-                                      const moe::SparseSoftmaxConfig& cfg = {}) {
+template <class D = cpu>
+ExpertSelection select_experts(std::span<const float> q, const Tensor<float, DynShape<2>, D>& centroids,
+                               const moe::SparseSoftmaxConfig& cfg = {}) {
   if (index_t(q.size()) != centroids.extent(1))
     throw ShapeError("select_experts: query of length " + std::to_string(q.size()) + " for centroids of width " +
                      std::to_string(centroids.extent(1)));
-  const auto query = Tensor<float, DynShape<2>>::from_host(DynShape<2>(1, index_t(q.size())), q);
+  const auto query = Tensor<float, DynShape<2>, D>::from_host(DynShape<2>(1, index_t(q.size())), q);
   const auto r = moe::sparse_softmax_weights(query, centroids, cfg);
   const auto w = r.weights.to_vector();
   const auto sel = r.selected.to_vector();

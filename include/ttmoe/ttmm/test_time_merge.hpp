@@ -39,8 +39,9 @@ struct MergeCosts {
   double lowrank_bytes_per_second = 0;  ///< batch-1 application of the stacked factors
 };
 
-/// Times a representative merge GEMM and a batch-1 low-rank application on this machine.
-inline MergeCosts measure_merge_costs() {
+/// Times a representative merge GEMM and a batch-1 low-rank application on device D.
+template <class D = cpu>
+MergeCosts measure_merge_costs() {
   using clock = std::chrono::steady_clock;
   auto best_of = [](int reps, auto&& f) {
     double best = 1e30;
@@ -55,7 +56,7 @@ inline MergeCosts measure_merge_costs() {
   auto fill = [](index_t a, index_t b) {
     std::vector<float> v(std::size_t(a * b));
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-    return Tensor<float, DynShape<2>>::from_host(DynShape<2>(a, b), v);
+    return Tensor<float, DynShape<2>, D>::from_host(DynShape<2>(a, b), v);
   };
   autograd::NoGrad ng;
   const auto B = fill(n, r), A = fill(r, n);
@@ -65,11 +66,12 @@ inline MergeCosts measure_merge_costs() {
   return {2.0 * double(n) * double(r) * double(n) / t_gemm, double(r) * double(2 * wide) * 4.0 / t_low};
 }
 
-/// The measured costs, taken on the first call and cached for the process.
-inline const MergeCosts& calibrate_merge_costs() {
+/// The measured costs on device D, taken on the first call and cached for the process.
+template <class D = cpu>
+const MergeCosts& calibrate_merge_costs() {
   static std::once_flag once;
   static MergeCosts costs;
-  std::call_once(once, [] { costs = measure_merge_costs(); });
+  std::call_once(once, [] { costs = measure_merge_costs<D>(); });
   return costs;
 }
 
@@ -88,8 +90,12 @@ inline MergeMode choose_merge_mode(const models::LinearShapes& shapes, index_t t
   return dense < unmaterialised ? MergeMode::dense : MergeMode::unmaterialised;
 }
 
+template <class D>
+class TestTimeMerger;
+
 /// Selected experts acting on the model for one request; the model is restored when this object is
 /// destroyed (or restore() is called). Movable, not copyable.
+template <class D = cpu>
 class ActiveExperts {
  public:
   ActiveExperts() = default;
@@ -110,25 +116,27 @@ class ActiveExperts {
   }
 
  private:
-  friend class TestTimeMerger;
+  friend class TestTimeMerger<D>;
   ExpertSelection selection_;
   MergeMode mode_ = MergeMode::dense;
-  std::unique_ptr<DenseMerge<>> dense_;
-  std::unique_ptr<models::AttachedAdapters<float>> unmerged_;
+  std::unique_ptr<DenseMerge<D>> dense_;
+  std::unique_ptr<models::AttachedAdapters<float, D>> unmerged_;
 };
 
-/// TTMM serving: a base model, its expert store and a cache of hot experts.
+/// TTMM serving: a base model, its expert store and a cache of hot experts (CPU: the store's
+/// centroids and the cached experts live in host memory).
+template <class D = cpu>
 class TestTimeMerger {
  public:
   /// `model` and `store` must outlive the merger; `cache_bytes` bounds the experts kept in memory.
-  TestTimeMerger(models::LlamaForCausalLM<float>& model, const ExpertStore& store, std::size_t cache_bytes)
+  TestTimeMerger(models::LlamaForCausalLM<float, D>& model, const ExpertStore& store, std::size_t cache_bytes)
       : model_(&model), store_(&store), cache_(store, cache_bytes) {}
 
   /// Selects experts for the query embedding `q` and puts them on the model for a request of
   /// `tokens` tokens in `mode` (automatic: calibrate_merge_costs and choose_merge_mode).
-  ActiveExperts activate(std::span<const float> q, index_t tokens, MergeMode mode = MergeMode::automatic,
+  ActiveExperts<D> activate(std::span<const float> q, index_t tokens, MergeMode mode = MergeMode::automatic,
                          const moe::SparseSoftmaxConfig& cfg = {}) {
-    ActiveExperts a;
+    ActiveExperts<D> a;
     a.selection_ = select_experts(q, store_->centroids(), cfg);
     if (a.selection_.base_model()) return a;
     std::vector<std::shared_ptr<const ExpertCache::Expert>> held;
@@ -144,11 +152,11 @@ class TestTimeMerger {
         for (const auto& [name, m] : h->modules) adapted[name] = all.at(name);
       index_t rank = 0;
       for (const auto& h : held) rank += h->modules.empty() ? 0 : h->modules.begin()->second.rank();
-      mode = choose_merge_mode(adapted, rank, tokens, calibrate_merge_costs());
+      mode = choose_merge_mode(adapted, rank, tokens, calibrate_merge_costs<D>());
     }
     a.mode_ = mode;
-    if (mode == MergeMode::dense) a.dense_ = std::make_unique<DenseMerge<>>(*model_, weighted);
-    else a.unmerged_ = std::make_unique<models::AttachedAdapters<float>>(*model_, weighted, models::LoraMode::unmerged);
+    if (mode == MergeMode::dense) a.dense_ = std::make_unique<DenseMerge<D>>(*model_, weighted);
+    else a.unmerged_ = std::make_unique<models::AttachedAdapters<float, D>>(*model_, weighted, models::LoraMode::unmerged);
     return a;
   }
 
@@ -156,7 +164,7 @@ class TestTimeMerger {
   ExpertCache& cache() noexcept { return cache_; }
 
  private:
-  models::LlamaForCausalLM<float>* model_;
+  models::LlamaForCausalLM<float, D>* model_;
   const ExpertStore* store_;
   ExpertCache cache_;
 };
