@@ -138,24 +138,7 @@ TEST_CASE("ttmm selection through a store: weights, base model, NaN fallback, ca
   constexpr index_t K = 4, d = 3;
   // Centroids: the unit axes e0, e1, e2 and -e0.
   const std::vector<float> cents{1, 0, 0, 0, 1, 0, 0, 0, 1, -1, 0, 0};
-  {
-    ttmm::ExpertStoreWriter w(tmp.path);
-    for (index_t i = 0; i < K; ++i) {
-      auto e = ttmm_test::random_expert(m, 40 + std::uint64_t(i));
-      w.add_expert(i, e);
-    }
-    w.write_centroids(Tensor<float, DynShape<2>>::from_host(DynShape<2>(K, d), cents));
-    ttmm::StoreIndex x;
-    x.num_experts = K;
-    x.rank = 4;
-    x.lora_alpha = 16;
-    x.target_modules = ttmm_test::expert_config().target_modules;
-    x.embedder_id = "test";
-    x.embedding_dim = d;
-    x.base_model = {"tiny", ttmm::config_fingerprint(c.to_json())};
-    x.cluster_sizes = {1, 1, 1, 1};
-    w.write_index(x);
-  }
+  ttmm_test::write_store(tmp.path, m, Tensor<float, DynShape<2>>::from_host(DynShape<2>(K, d), cents), {1, 1, 1, 1}, 40);
   const auto store = ttmm::ExpertStore::open(tmp.path, models::linear_shapes(m));
 
   SECTION("weights follow exp(-(1 - q.phi)/beta^2), thresholded and renormalised") {
