@@ -18,14 +18,9 @@ rounds=${2:-3}
 layers=${LAYERS:-4}
 # shellcheck source=../openblas_core.sh
 . "$here/../openblas_core.sh"
-bin=${TTMM_MERGE_BIN:-}
-if [ -z "$bin" ]; then  # stand-alone build of this folder
-  cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" --target bench_ttmm_merge -j2 >/dev/null
-  bin=$build/bench_ttmm_merge
-fi
 # shellcheck source=../rounds.sh
 . "$here/../rounds.sh"
+bin=$(bench_binary "${TTMM_MERGE_BIN:-}" "$here" "$build" bench_ttmm_merge)
 find_torch_python run_merge_bench
 experts=$(mktemp -d)
 err=$(mktemp)
