@@ -30,3 +30,11 @@ print_medians() {
     echo "$name: $(med "${v[@]}")   (per round: ${v[*]}; load now $la)"
   done
 }
+# The benchmark program: $1 when given (prebuilt, as bench/report passes it), else target $4 built
+# stand-alone from the bench folder $2 into the build folder $3 (Release, 2 jobs).
+bench_binary() {
+  if [ -n "$1" ]; then echo "$1"; return; fi
+  cmake -S "$2" -B "$3" -DCMAKE_BUILD_TYPE=Release >/dev/null || return 1
+  cmake --build "$3" --target "$4" -j2 >/dev/null || return 1
+  echo "$3/$4"
+}

@@ -27,28 +27,11 @@ Tensor<float, DynShape<2>> some_centroids() {
   return Tensor<float, DynShape<2>>::from_host(DynShape<2>(K, d), v);
 }
 
-ttmm::StoreIndex some_index(const models::LlamaConfig& c) {
-  ttmm::StoreIndex x;
-  x.num_experts = K;
-  x.rank = 4;
-  x.lora_alpha = 16;
-  x.target_modules = ttmm_test::expert_config().target_modules;
-  x.embedder_id = "sentence-transformers/all-mpnet-base-v2";
-  x.embedding_dim = d;
-  x.base_model = {"tiny-llama", ttmm::config_fingerprint(c.to_json())};
-  x.cluster_sizes = {10, 4, 7};
-  return x;
-}
+ttmm::StoreIndex some_index(const models::LlamaConfig& c) { return ttmm_test::store_index(c, d, {10, 4, 7}); }
 
 /// Writes a complete store of K experts for `m` into `dir`.
 void write_store(const std::filesystem::path& dir, models::LlamaForCausalLM<float>& m) {
-  ttmm::ExpertStoreWriter w(dir);
-  for (index_t i = 0; i < K; ++i) {
-    auto e = ttmm_test::random_expert(m, 100 + std::uint64_t(i));
-    CHECK(w.add_expert(i, e));
-  }
-  w.write_centroids(some_centroids());
-  w.write_index(some_index(m.config));
+  ttmm_test::write_store(dir, m, some_centroids(), {10, 4, 7}, 100);
 }
 
 /// The StoreError message of opening `dir` for `m`; fails the test when it opens.

@@ -7,12 +7,14 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ttmoe/models/llm.hpp"
+#include "ttmoe/ttmm/expert_store.hpp"
 
 namespace ttmm_test {
 
@@ -47,6 +49,35 @@ inline models::PeftAdapter<float> random_expert(models::LlamaForCausalLM<float>&
       f->weight = Tensor<float, DynShape<2>>::from_host(DynShape<2>(f->weight.extent(0), f->weight.extent(1)), v);
     }
   return a;
+}
+
+/// The index of a store of experts from expert_config() for the model of config `c`: K =
+/// cluster_sizes.size() experts, embedder width d.
+inline ttmm::StoreIndex store_index(const models::LlamaConfig& c, index_t d, std::vector<std::int64_t> cluster_sizes) {
+  ttmm::StoreIndex x;
+  x.num_experts = index_t(cluster_sizes.size());
+  x.rank = expert_config().r;
+  x.lora_alpha = expert_config().lora_alpha;
+  x.target_modules = expert_config().target_modules;
+  x.embedder_id = "sentence-transformers/all-mpnet-base-v2";
+  x.embedding_dim = d;
+  x.base_model = {"tiny-llama", ttmm::config_fingerprint(c.to_json())};
+  x.cluster_sizes = std::move(cluster_sizes);
+  return x;
+}
+
+/// Writes a complete store into `dir`: random_expert(m, first_seed + i) for each cluster, the
+/// centroids [K, d] and the index.
+inline void write_store(const std::filesystem::path& dir, models::LlamaForCausalLM<float>& m,
+                        const Tensor<float, DynShape<2>>& centroids, const std::vector<std::int64_t>& cluster_sizes,
+                        std::uint64_t first_seed) {
+  ttmm::ExpertStoreWriter w(dir);
+  for (index_t i = 0; i < index_t(cluster_sizes.size()); ++i) {
+    auto e = random_expert(m, first_seed + std::uint64_t(i));
+    if (!w.add_expert(i, e)) throw std::runtime_error("write_store: expert " + std::to_string(i) + " already there");
+  }
+  w.write_centroids(centroids);
+  w.write_index(store_index(m.config, centroids.extent(1), cluster_sizes));
 }
 
 /// A fresh scratch folder, removed on destruction.

@@ -1,0 +1,232 @@
+// TTMM test-time merging at Llama-3.2-1B shapes (hidden 2048, intermediate 8192, 32/8 heads of 64,
+// vocab 128256, tied head; random weights; --layers of the 16, default 4 so that PyTorch fits
+// beside it on a shared machine). Prints `name: value` lines for bench/ttmm/run_merge_bench.sh:
+//   ttmoe_merge_restore_s      dense merge of --experts rank-64 experts into all 7 linears of every
+//                              layer (ttmm::DenseMerge: one GEMM over the stacked factors per
+//                              module, in place) plus the exact restore (a second GEMM + patch)
+//   merge_limit_s              max(FLOPs of both GEMMs / GEMM peak, bytes / triad bandwidth), bytes
+//                              = factors and weights read once, weights written once; the peak
+//                              (ttmoe::matmul 2048^3) and the triad (c = a + s b, 32M floats) are
+//                              measured in this process
+//   gemm_peak_gflops, triad_gbs, merge_patch_fraction (restore patch entries / merged weights)
+//   base_token_s               per-token decode time of the base model (batch 1, KV cache)
+//   ttmm_overhead_tokens_<n>   (selection + merge-or-apply + restore, automatic choice for 100
+//                              generated tokens) / base_token_s, for n active experts (--overhead)
+//   ttmm_mode_<n>              the mode the automatic rule chose (0 dense, 1 unmaterialised)
+// With --write-experts DIR it only writes the experts as PEFT folders DIR/expert_<k> (F32) for the
+// PyTorch peer (merge_peft.py) and exits.
+//   bench_ttmm_merge [--layers 4] [--experts 10] [--threads 2] [--write-experts DIR] [--overhead 3,10]
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ttmoe/ttmoe.hpp"
+#include "ttmoe/ttmm/test_time_merge.hpp"
+
+using namespace ttmoe;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
+models::LlamaConfig llama_1b_shapes(index_t layers) {
+  nlohmann::json j{{"model_type", "llama"},          {"vocab_size", 128256},       {"hidden_size", 2048},
+                   {"intermediate_size", 8192},      {"num_hidden_layers", layers}, {"num_attention_heads", 32},
+                   {"num_key_value_heads", 8},       {"head_dim", 64},             {"max_position_embeddings", 4096},
+                   {"rms_norm_eps", 1e-5},           {"rope_theta", 500000.0},     {"tie_word_embeddings", true},
+                   {"hidden_act", "silu"}};
+  return models::LlamaConfig::from_json(j);
+}
+
+/// A rank-64, alpha-16 expert on every linear; A ~ N(0, 1/in) and B ~ N(0, 0.01^2), so ten of them
+/// at weight 0.1 move W by about a percent of its size, as trained LoRA experts do.
+models::PeftAdapter<float> random_expert(models::LlamaForCausalLM<float>& m, std::uint64_t seed) {
+  models::LoraAdapterConfig c;
+  c.r = 64;
+  c.lora_alpha = 16;
+  c.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  auto a = models::make_lora_adapter(m, c, seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.f, 1.f);
+  for (auto& [name, mod] : a.modules) {
+    auto& A = mod.lora_A.weight;
+    auto& B = mod.lora_B.weight;
+    const float sa = 1.f / std::sqrt(float(A.extent(1)));
+    for (index_t i = 0; i < A.numel(); ++i) A.data()[i] = n(rng) * sa;
+    for (index_t i = 0; i < B.numel(); ++i) B.data()[i] = n(rng) * 0.01f;
+  }
+  return a;
+}
+
+template <class F>
+double best_of(int reps, F&& f) {
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = clock_type::now();
+    f();
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+/// Median seconds per decoded token (batch 1) of `steps` single-token steps after a 16-token prefill.
+double decode_token_seconds(const models::LlamaForCausalLM<float>& m, int steps) {
+  autograd::NoGrad ng;
+  auto cache = m.make_cache(1, 16 + index_t(steps) + 1);
+  std::vector<std::int64_t> prompt(16);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = std::int64_t(100 + 7 * i);
+  (void)m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 16), prompt), cache).to_vector();
+  std::vector<double> t;
+  for (int s = 0; s < steps; ++s) {
+    const auto t0 = clock_type::now();
+    const auto h = m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 1), {std::int64_t(5 + s)}), cache);
+    (void)m.logits(h).to_vector();
+    t.push_back(seconds_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  index_t layers = 4, n_experts = 10;
+  int threads = 2;
+  std::string write_dir;
+  std::vector<index_t> overhead{3, 10};
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&] {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_ttmm_merge: %s needs a value\n", argv[i]);
+        std::exit(2);
+      }
+      return std::string(argv[++i]);
+    };
+    if (!std::strcmp(argv[i], "--layers")) layers = index_t(std::stol(next()));
+    else if (!std::strcmp(argv[i], "--experts")) n_experts = index_t(std::stol(next()));
+    else if (!std::strcmp(argv[i], "--threads")) threads = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--write-experts")) write_dir = next();
+    else if (!std::strcmp(argv[i], "--overhead")) {
+      overhead.clear();
+      const auto s = next();
+      for (std::size_t p = 0; p < s.size();) {
+        const auto q = s.find(',', p);
+        overhead.push_back(index_t(std::stol(s.substr(p, q - p))));
+        p = q == std::string::npos ? s.size() : q + 1;
+      }
+    } else {
+      std::fprintf(stderr, "bench_ttmm_merge: unknown argument %s\n", argv[i]);
+      return 2;
+    }
+  }
+  cpu_backend::set_num_threads(std::size_t(threads));
+  models::LlamaForCausalLM<float> m(llama_1b_shapes(layers), 1);
+  std::vector<models::PeftAdapter<float>> experts;
+  for (index_t k = 0; k < n_experts; ++k) experts.push_back(random_expert(m, 500 + std::uint64_t(k)));
+  if (!write_dir.empty()) {
+    for (index_t k = 0; k < n_experts; ++k) models::save_peft_adapter(experts[k], write_dir + "/expert_" + std::to_string(k));
+    std::fprintf(stderr, "wrote %ld experts to %s\n", long(n_experts), write_dir.c_str());
+    return 0;
+  }
+  autograd::NoGrad ng;
+
+  // The machine's GEMM peak and triad bandwidth, measured here.
+  double peak = 0, triad = 0;
+  {
+    const index_t n = 2048;
+    auto a = Tensor<float, DynShape<2>>::full(DynShape<2>(n, n), 0.5f), b = Tensor<float, DynShape<2>>::full(DynShape<2>(n, n), 0.25f);
+    peak = 2.0 * double(n) * double(n) * double(n) / best_of(3, [&] { (void)matmul(a, b); });
+    const index_t len = index_t(1) << 25;
+    auto x = Tensor<float, DynShape<1>>::full(DynShape<1>(len), 1.f), y = Tensor<float, DynShape<1>>::full(DynShape<1>(len), 2.f);
+    Tensor<float, DynShape<1>> z;
+    triad = 3.0 * 4.0 * double(len) / best_of(3, [&] { z = x + y * 3.f; });
+  }
+
+  // Dense merge + exact restore of all experts.
+  std::vector<models::WeightedAdapter<float>> ws;
+  for (auto& e : experts) ws.push_back({&e, 1.0 / double(n_experts)});
+  double flops = 0, bytes = 0;
+  for (const auto& [name, lin] : models::adaptable_linears(m)) {
+    const double out = double(lin->weight.extent(0)), in = double(lin->weight.extent(1)), R = 64.0 * double(n_experts);
+    flops += 2.0 * (2.0 * R * out * in);  // merge and restore
+    bytes += 4.0 * (R * (out + in) + 2.0 * out * in);
+  }
+  double merge_s = 1e30, patch_fraction = 0;
+  for (int rep = 0; rep < 2; ++rep) {  // the first also warms the pools
+    const auto t0 = clock_type::now();
+    ttmm::DenseMerge<> merge(m, ws);
+    patch_fraction = double(merge.patch_entries()) / double(merge.merged_elements());
+    merge.restore();
+    merge_s = std::min(merge_s, seconds_since(t0));
+  }
+  const double limit = std::max(flops / peak, bytes / triad);
+  std::printf("ttmoe_merge_restore_s: %.4f\nmerge_limit_s: %.4f\ngemm_peak_gflops: %.2f\ntriad_gbs: %.2f\n", merge_s, limit,
+              peak * 1e-9, triad * 1e-9);
+  std::printf("merge_flop_limit_s: %.4f\nmerge_byte_limit_s: %.4f\nmerge_patch_fraction: %.5f\n", flops / peak,
+              bytes / triad, patch_fraction);
+
+  // Overhead of n active experts for a 100-token request, in base-model decode tokens.
+  const double base_token = decode_token_seconds(m, 8);
+  std::printf("base_token_s: %.4f\n", base_token);
+  const index_t K = 100, d = 768;
+  std::vector<float> cents(std::size_t(K * d));
+  {
+    std::mt19937_64 rng(3);
+    std::normal_distribution<float> n(0.f, 1.f);
+    for (auto& v : cents) v = n(rng);
+    for (index_t k = 0; k < K; ++k) {
+      double s = 0;
+      for (index_t j = 0; j < d; ++j) s += double(cents[k * d + j]) * cents[k * d + j];
+      for (index_t j = 0; j < d; ++j) cents[k * d + j] = float(cents[k * d + j] / std::sqrt(s));
+    }
+  }
+  const auto centroids = Tensor<float, DynShape<2>>::from_host(DynShape<2>(K, d), cents);
+  const auto& costs = ttmm::calibrate_merge_costs();
+  for (const index_t n : overhead) {
+    if (n > n_experts) continue;
+    // The query: the normalised mean of the first n centroids, so the rule keeps exactly those.
+    std::vector<float> q(std::size_t(d), 0.f);
+    for (index_t k = 0; k < n; ++k)
+      for (index_t j = 0; j < d; ++j) q[j] += cents[k * d + j];
+    double s = 0;
+    for (float v : q) s += double(v) * v;
+    for (float& v : q) v = float(v / std::sqrt(s));
+    const auto t0 = clock_type::now();
+    const auto sel = ttmm::select_experts(q, centroids);
+    const double t_select = seconds_since(t0);
+    if (index_t(sel.experts.size()) != n) {
+      std::fprintf(stderr, "bench_ttmm_merge: the rule kept %zu experts, not %ld\n", sel.experts.size(), long(n));
+      return 1;
+    }
+    std::vector<models::WeightedAdapter<float>> chosen;
+    for (std::size_t i = 0; i < sel.experts.size(); ++i) chosen.push_back({&experts[sel.experts[i]], sel.weights[i]});
+    models::LinearShapes shapes = models::linear_shapes(m);
+    const auto mode = ttmm::choose_merge_mode(shapes, 64 * n, 100, costs);
+    double cost = t_select;
+    if (mode == ttmm::MergeMode::dense) {
+      const auto t1 = clock_type::now();
+      ttmm::DenseMerge<> merge(m, chosen);
+      merge.restore();
+      cost += seconds_since(t1);
+    } else {
+      const auto t1 = clock_type::now();
+      models::AttachedAdapters<float> att(m, chosen, models::LoraMode::unmerged);
+      cost += seconds_since(t1);
+      const double with = decode_token_seconds(m, 8);
+      const auto t2 = clock_type::now();
+      att.remove();
+      cost += seconds_since(t2) + 100.0 * std::max(0.0, with - base_token);
+    }
+    std::printf("ttmm_overhead_tokens_%ld: %.3f\nttmm_overhead_%ld_s: %.4f\nttmm_mode_%ld: %d\n", long(n), cost / base_token,
+                long(n), cost, long(n), mode == ttmm::MergeMode::dense ? 0 : 1);
+  }
+  std::fprintf(stderr, "(%ld layers, %ld experts, %d threads)\n", long(layers), long(n_experts), threads);
+  return 0;
+}
