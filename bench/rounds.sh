@@ -9,6 +9,14 @@ find_torch_python() {
   torch_py=${TTMOE_BENCH_TORCH_PYTHON:-${TTMOE_VENV:-$HOME/.cache/ttmoe/venv}/bin/python}
   [ -x "$torch_py" ] || { echo "$1: no PyTorch Python at $torch_py (run scripts/install-deps.sh)" >&2; exit 1; }
 }
+# The benchmark binary: $1 when given (bench/report's prebuilt one), else target $4 built stand-alone
+# from folder $2 into build folder $3 (cmake -S $2 -B $3, Release); prints its path.
+prebuilt_or_build() {
+  if [ -n "$1" ]; then echo "$1"; return; fi
+  cmake -S "$2" -B "$3" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$3" --target "$4" -j2 >/dev/null
+  echo "$3/$4"
+}
 # The 1-minute load average.
 load() { cut -d' ' -f1 /proc/loadavg; }
 # The value of the `NAME: value` line named $1 on stdin.

@@ -22,19 +22,25 @@
 
 namespace ttmoe::models {
 
-/// The base LM's mean-pooled last hidden states as a sentence embedder (models::SentenceEmbedder).
-class LlmEmbedder {
+/// How models::LlmEmbedder cuts and batches texts.
+struct LlmEmbedderOptions {
+  index_t max_tokens = 512;  ///< tokens per text (template tokens included)
+  index_t batch_size = 8;
+  bool normalize = true;     ///< L2-normalise each embedding
+};
+
+/// The base LM's mean-pooled last hidden states as a sentence embedder (models::SentenceEmbedder),
+/// the model on device D. A class template so that nothing is instantiated until a translation unit
+/// that has D's backend uses it; `LlmEmbedder` is the CPU one.
+template <class D = cpu>
+class BasicLlmEmbedder {
  public:
-  /// How the texts are cut and batched.
-  struct Options {
-    index_t max_tokens = 512;  ///< tokens per text (template tokens included)
-    index_t batch_size = 8;
-    bool normalize = true;     ///< L2-normalise each embedding
-  };
+  /// How texts are cut and batched.
+  using Options = LlmEmbedderOptions;
 
   /// Shares `model` (the base LM a TTMM run already holds) and `tokenizer`; `name` enters identity().
-  LlmEmbedder(std::shared_ptr<const LlamaForCausalLM<float>> model, std::shared_ptr<const text::Tokenizer> tokenizer,
-              std::string name, Options opt)
+  BasicLlmEmbedder(std::shared_ptr<const LlamaForCausalLM<float, D>> model, std::shared_ptr<const text::Tokenizer> tokenizer,
+                   std::string name, Options opt)
       : model_(std::move(model)), tokenizer_(std::move(tokenizer)), opt_(opt) {
     if (!model_ || !tokenizer_) throw ValueError("LlmEmbedder: a model and a tokenizer are needed");
     opt_.max_tokens = std::clamp<index_t>(opt_.max_tokens, 1, model_->config.max_position_embeddings);
@@ -44,18 +50,18 @@ class LlmEmbedder {
   }
 
   /// Loads the HF folder `dir` (config.json, weights, tokenizer.json or tokenizer.model).
-  static LlmEmbedder load(const std::filesystem::path& dir, Options opt) {
-    auto model = std::make_shared<const LlamaForCausalLM<float>>(load_llama<float>(dir));
+  static BasicLlmEmbedder load(const std::filesystem::path& dir, Options opt) {
+    auto model = std::make_shared<const LlamaForCausalLM<float, D>>(load_llama<float, D>(dir));
     std::shared_ptr<text::Tokenizer> tok = text::load_tokenizer(dir);
     // A tokenizer.json may ask for padding or a shorter truncation: texts are cut here, never padded.
     if (auto* hf = dynamic_cast<text::HfTokenizer*>(tok.get())) {
       hf->set_padding(false);
       hf->set_truncation(std::size_t(std::max<index_t>(1, opt.max_tokens)));
     }
-    return LlmEmbedder(std::move(model), std::move(tok), std::filesystem::path(dir).lexically_normal().filename().string(), opt);
+    return BasicLlmEmbedder(std::move(model), std::move(tok), std::filesystem::path(dir).lexically_normal().filename().string(), opt);
   }
   /// load() with the default options.
-  static LlmEmbedder load(const std::filesystem::path& dir) { return load(dir, Options{}); }
+  static BasicLlmEmbedder load(const std::filesystem::path& dir) { return load(dir, Options{}); }
 
   /// Embeddings [texts.size(), dim()], row i for texts[i]; a text with no tokens gives a zero row.
   Tensor<float, DynShape<2>, cpu> encode(const std::vector<std::string>& texts) const {
@@ -76,8 +82,8 @@ class LlmEmbedder {
       if (T == 0) continue;
       std::vector<std::int64_t> padded(std::size_t(B * T), 0);
       for (index_t b = 0; b < B; ++b) std::copy(ids[order[first + std::size_t(b)]].begin(), ids[order[first + std::size_t(b)]].end(), padded.begin() + b * T);
-      const auto tok = IndexTensor<DynShape<2>, cpu>::from_host(DynShape<2>(B, T), std::span<const std::int64_t>(padded));
-      const auto h = model_->hidden_states(tok);
+      const auto tok = IndexTensor<DynShape<2>, D>::from_host(DynShape<2>(B, T), std::span<const std::int64_t>(padded));
+      const auto h = model_->hidden_states(tok).to_vector();
       const float* hp = h.data();
       for (index_t b = 0; b < B; ++b) {
         const std::size_t row = order[first + std::size_t(b)];
@@ -101,10 +107,13 @@ class LlmEmbedder {
   const std::string& identity() const { return identity_; }
 
  private:
-  std::shared_ptr<const LlamaForCausalLM<float>> model_;
+  std::shared_ptr<const LlamaForCausalLM<float, D>> model_;
   std::shared_ptr<const text::Tokenizer> tokenizer_;
   Options opt_;
   std::string identity_;
 };
+
+/// The LM embedder on the CPU.
+using LlmEmbedder = BasicLlmEmbedder<cpu>;
 
 }  // namespace ttmoe::models

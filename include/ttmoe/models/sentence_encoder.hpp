@@ -71,13 +71,16 @@ inline void normalize_rows(std::span<float> x, index_t dim) {
 }
 }  // namespace detail
 
-/// A sentence-transformers encoder on the CPU in F32; satisfies models::SentenceEmbedder.
-class SentenceEncoder {
+/// A sentence-transformers encoder in F32 whose model runs on device D (embeddings come back to the
+/// host); satisfies models::SentenceEmbedder. A class template so that nothing is instantiated until
+/// a translation unit that has D's backend uses it; `SentenceEncoder` is the CPU one.
+template <class D = cpu>
+class BasicSentenceEncoder {
  public:
   /// Loads the folder `dir` (see the file comment).
-  static SentenceEncoder load(const std::filesystem::path& dir, const SentenceEncoderOptions& opt = {}) {
+  static BasicSentenceEncoder load(const std::filesystem::path& dir, const SentenceEncoderOptions& opt = {}) {
     namespace fs = std::filesystem;
-    SentenceEncoder e;
+    BasicSentenceEncoder e;
     e.batch_size_ = std::max<index_t>(1, opt.batch_size);
     const fs::path modules = dir / "modules.json";
     if (!fs::exists(modules))
@@ -92,8 +95,8 @@ class SentenceEncoder {
       const std::string field = "[" + std::to_string(i) + "]";
       if (!m.is_object() || !m.contains("type") || !m["type"].is_string())
         throw SentenceEncoderError(modules.string(), field + ".type", "each module needs a string type");
-      const std::string type = m["type"].get<std::string>();
-      const std::string path = m.contains("path") && m["path"].is_string() ? m["path"].get<std::string>() : "";
+      const std::string type = m["type"].template get<std::string>();
+      const std::string path = m.contains("path") && m["path"].is_string() ? m["path"].template get<std::string>() : "";
       // sentence-transformers 5 writes sentence_transformers.models.<Class>, 6 the class's module path
       // (sentence_transformers.base.modules.transformer.Transformer): the class name decides.
       const std::string cls = type.rfind("sentence_transformers.", 0) == 0 ? type.substr(type.rfind('.') + 1) : type;
@@ -140,9 +143,9 @@ class SentenceEncoder {
         packed.insert(packed.end(), t.begin(), t.end());
         seqs.push(index_t(t.size()));
       }
-      const auto tok = IndexTensor<DynShape<1>, cpu>::from_host(DynShape<1>(index_t(packed.size())),
+      const auto tok = IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(index_t(packed.size())),
                                                                  std::span<const std::int64_t>(packed));
-      const auto h = std::visit([&](const auto& m) { return m.hidden_states(tok, seqs); }, model_);
+      const auto h = std::visit([&](const auto& m) { return m.hidden_states(tok, seqs).to_vector(); }, model_);
       const float* hp = h.data();
       for (std::size_t k = first; k < last; ++k) {  // mean over the sequence's tokens (all real)
         const index_t b = index_t(k - first), L = seqs.length(b);
@@ -185,15 +188,15 @@ class SentenceEncoder {
     if (!j.is_object()) throw SentenceEncoderError(file.string(), "", "expected a JSON object");
     pooling_file_ = file.string();
     for (const char* key : {"word_embedding_dimension", "embedding_dimension"})  // versions <= 5, 6
-      if (j.contains(key) && j[key].is_number_integer()) pooled_dim_ = j[key].get<index_t>();
+      if (j.contains(key) && j[key].is_number_integer()) pooled_dim_ = j[key].template get<index_t>();
     if (j.contains("pooling_mode") && j["pooling_mode"].is_string()) {
-      const std::string mode = j["pooling_mode"].get<std::string>();
+      const std::string mode = j["pooling_mode"].template get<std::string>();
       if (mode != "mean") throw SentenceEncoderError(file.string(), "pooling_mode", "'" + mode + "' is not supported (mean)");
       return;
     }
     for (const auto& [key, value] : j.items()) {
       if (key.rfind("pooling_mode_", 0) != 0) continue;
-      const bool on = value.is_boolean() && value.get<bool>();
+      const bool on = value.is_boolean() && value.template get<bool>();
       if (key == "pooling_mode_mean_tokens" && !on)
         throw SentenceEncoderError(file.string(), key, "must be true (mean pooling is the one supported mode)");
       if (key != "pooling_mode_mean_tokens" && on)
@@ -206,8 +209,8 @@ class SentenceEncoder {
 
   void load_transformer(const std::filesystem::path& dir, const SentenceEncoderOptions& opt) {
     const auto config = EncoderConfig::load(dir / "config.json");
-    if (config.is_mpnet()) model_ = MPNetModel<float>::load(dir);
-    else model_ = BertModel<float>::load(dir);
+    if (config.is_mpnet()) model_ = MPNetModel<float, D>::load(dir);
+    else model_ = BertModel<float, D>::load(dir);
     if (pooled_dim_ && pooled_dim_ != config.hidden_size)
       throw SentenceEncoderError(pooling_file_, "embedding_dimension",
                                  std::to_string(pooled_dim_) + " differs from the model's hidden_size " +
@@ -232,8 +235,8 @@ class SentenceEncoder {
       const auto j = read_config_json<SentenceEncoderError>(tc, "tokenizer config");
       // transformers writes a huge float sentinel when the tokenizer has no limit: only integers count.
       if (j.is_object() && j.contains("model_max_length") && j["model_max_length"].is_number_integer() &&
-          j["model_max_length"].get<std::int64_t>() > 0)
-        max_len = std::min(max_len, j["model_max_length"].get<std::int64_t>());
+          j["model_max_length"].template get<std::int64_t>() > 0)
+        max_len = std::min(max_len, j["model_max_length"].template get<std::int64_t>());
     }
     if (opt.max_seq_length) max_len = std::int64_t(*opt.max_seq_length);
     max_seq_length_ = std::min(index_t(std::max<std::int64_t>(1, max_len)), config.max_tokens());
@@ -256,11 +259,14 @@ class SentenceEncoder {
     return buf;
   }
 
-  std::variant<BertModel<float>, MPNetModel<float>> model_;
+  std::variant<BertModel<float, D>, MPNetModel<float, D>> model_;
   std::shared_ptr<text::HfTokenizer> tokenizer_;
   bool normalize_ = false;
   index_t max_seq_length_ = 0, batch_size_ = 32, pooled_dim_ = 0;
   std::string identity_, pooling_file_;
 };
+
+/// The sentence-transformers encoder on the CPU.
+using SentenceEncoder = BasicSentenceEncoder<cpu>;
 
 }  // namespace ttmoe::models
