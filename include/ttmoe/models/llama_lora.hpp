@@ -91,6 +91,60 @@ struct WeightedAdapter {
   double weight = 1.0;
 };
 
+/// One adapted Linear of a model and the stacked factors of every adapter that changes it.
+template <class T = float, class D = cpu>
+struct StackedModule {
+  nn::Linear<T, D>* linear = nullptr;
+  moe::StackedLoRA<T, D> factors;  ///< A_cat = [w_k s_k A_k] [sum r_k, in], B_cat = [B_k] [out, sum r_k]
+};
+
+/// Stacks `adapters` per Linear module of `m` (moe::stack_lora, weights and scales folded into A),
+/// keyed by the module's dotted name. An adapter whose modules or shapes do not fit `m` throws
+/// nn::CheckpointError naming its folder, each module and the shapes; nothing is changed.
+template <class T, class D>
+std::map<std::string, StackedModule<T, D>> stack_adapters(LlamaForCausalLM<T, D>& m,
+                                                          const std::vector<WeightedAdapter<T, D>>& adapters) {
+  auto linears = adaptable_linears(m);
+  std::vector<std::string> problems;
+  std::map<std::string, std::vector<std::pair<const LoraModule<T, D>*, double>>> per_module;
+  auto shape = [](const Tensor<T, DynShape<2>, D>& t) {
+    return "[" + std::to_string(t.extent(0)) + ", " + std::to_string(t.extent(1)) + "]";
+  };
+  for (const auto& wa : adapters) {
+    if (wa.adapter == nullptr) throw ValueError("AttachedAdapters: null adapter");
+    for (const auto& [name, mod] : wa.adapter->modules) {
+      const std::string from = (wa.adapter->source.empty() ? std::string("adapter") : wa.adapter->source) + ": ";
+      const auto it = linears.find(name);
+      if (it == linears.end()) {
+        problems.push_back(from + "unknown module '" + name + "' (the model has no adaptable Linear of that name)");
+        continue;
+      }
+      const auto& W = it->second->weight;
+      if (mod.lora_A.weight.extent(1) != W.extent(1) || mod.lora_B.weight.extent(0) != W.extent(0) ||
+          mod.lora_B.weight.extent(1) != mod.rank())
+        problems.push_back(from + "module '" + name + "': lora_A " + shape(mod.lora_A.weight) + " and lora_B " +
+                           shape(mod.lora_B.weight) + " do not fit the weight [out, in] = " + shape(W));
+      else
+        per_module[name].emplace_back(&mod, wa.weight);
+    }
+  }
+  if (!problems.empty()) throw nn::CheckpointError("AttachedAdapters", std::move(problems));
+  autograd::NoGrad ng;
+  std::map<std::string, StackedModule<T, D>> out;
+  for (const auto& [name, mods] : per_module) {
+    std::vector<Tensor<T, DynShape<2>, D>> As, Bs;
+    std::vector<T> weights, scalings;
+    for (const auto& [mod, w] : mods) {
+      As.push_back(mod->lora_A.weight.detach());
+      Bs.push_back(mod->lora_B.weight.detach());
+      weights.push_back(T(w));
+      scalings.push_back(T(mod->scaling));
+    }
+    out[name] = {linears.at(name), moe::stack_lora(As, Bs, weights, scalings)};
+  }
+  return out;
+}
+
 /// Adapters attached to a model; the model is restored exactly by remove() or on destruction.
 /// Attachments nest: a second one on the same model must be removed (or destroyed) first.
 template <class T = float, class D = cpu>
@@ -101,47 +155,16 @@ class AttachedAdapters {
   /// the shapes, leaving the model unchanged.
   AttachedAdapters(LlamaForCausalLM<T, D>& m, const std::vector<WeightedAdapter<T, D>>& adapters, LoraMode mode)
       : mode_(mode) {
-    auto linears = adaptable_linears(m);
-    // Check everything before changing anything.
-    std::vector<std::string> problems;
-    std::map<std::string, std::vector<std::pair<const LoraModule<T, D>*, double>>> per_module;
-    for (const auto& wa : adapters) {
-      if (wa.adapter == nullptr) throw ValueError("AttachedAdapters: null adapter");
-      for (const auto& [name, mod] : wa.adapter->modules) {
-        const std::string from = (wa.adapter->source.empty() ? std::string("adapter") : wa.adapter->source) + ": ";
-        const auto it = linears.find(name);
-        if (it == linears.end()) {
-          problems.push_back(from + "unknown module '" + name + "' (the model has no adaptable Linear of that name)");
-          continue;
-        }
-        const auto& W = it->second->weight;
-        if (mod.lora_A.weight.extent(1) != W.extent(1) || mod.lora_B.weight.extent(0) != W.extent(0) ||
-            mod.lora_B.weight.extent(1) != mod.rank())
-          problems.push_back(from + "module '" + name + "': lora_A " + shape(mod.lora_A.weight) + " and lora_B " +
-                             shape(mod.lora_B.weight) + " do not fit the weight [out, in] = " + shape(W));
-        else
-          per_module[name].emplace_back(&mod, wa.weight);
-      }
-    }
-    if (!problems.empty()) throw nn::CheckpointError("AttachedAdapters", std::move(problems));
+    auto stacked = stack_adapters(m, adapters);  // checks everything before changing anything
     autograd::NoGrad ng;
-    for (const auto& [name, mods] : per_module) {
-      nn::Linear<T, D>& lin = *linears.at(name);
-      std::vector<Tensor<T, DynShape<2>, D>> As, Bs;
-      std::vector<T> weights, scalings;
-      for (const auto& [mod, w] : mods) {
-        As.push_back(mod->lora_A.weight.detach());
-        Bs.push_back(mod->lora_B.weight.detach());
-        weights.push_back(T(w));
-        scalings.push_back(T(mod->scaling));
-      }
-      const auto stacked = moe::stack_lora(As, Bs, weights, scalings);
+    for (auto& [name, sm] : stacked) {
+      nn::Linear<T, D>& lin = *sm.linear;
       saved_.push_back({&lin, lin.weight, lin.delta_A, lin.delta_B});
       if (mode == LoraMode::unmerged) {
-        lin.delta_A = stacked.A_cat;
-        lin.delta_B = stacked.B_cat;
+        lin.delta_A = sm.factors.A_cat;
+        lin.delta_B = sm.factors.B_cat;
       } else {
-        lin.weight = Tensor<T, DynShape<2>, D>(lin.weight.detach() + moe::merged_delta(stacked));
+        lin.weight = Tensor<T, DynShape<2>, D>(lin.weight.detach() + moe::merged_delta(sm.factors));
       }
     }
   }
@@ -170,9 +193,6 @@ class AttachedAdapters {
     nn::Linear<T, D>* linear;
     Tensor<T, DynShape<2>, D> weight, delta_A, delta_B;
   };
-  static std::string shape(const Tensor<T, DynShape<2>, D>& t) {
-    return "[" + std::to_string(t.extent(0)) + ", " + std::to_string(t.extent(1)) + "]";
-  }
   LoraMode mode_;
   std::vector<Saved> saved_;
 };

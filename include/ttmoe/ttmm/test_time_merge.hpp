@@ -1,0 +1,164 @@
+#pragma once
+// TTMM at test time: select experts for a prompt's embedding, fetch them through the LRU cache and
+// put them on the base model for one request, either
+//  (a) dense: merged into the weights in place (ttmm/exact_merge.hpp; exact restore afterwards), a
+//      one-off cost of two GEMMs per adapted Linear (merge and restore), then base-model speed; or
+//  (b) unmaterialised: one rank-(sum r_k) adapter beside the weights (models::AttachedAdapters in
+//      unmerged mode), no one-off cost but two thin GEMMs per Linear for every token.
+// (c) automatic: the cheaper of the two for the number of tokens the request will run, from costs
+//     measured once per process (calibrate_merge_costs, cached):
+//       dense          = 2 * sum over modules of 2 R out in  /  GEMM FLOP/s
+//       unmaterialised = tokens * sum over modules of R (in + out) * 4 bytes  /  low-rank bytes/s
+//     where R = sum r_k; decode at batch 1 streams the factors once per token, so (b) is priced
+//     by bytes, (a) by FLOPs. Dense wins for long generations and few, large modules' deltas.
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ttmoe/models/llama_lora.hpp"
+#include "ttmoe/ttmm/exact_merge.hpp"
+#include "ttmoe/ttmm/expert_cache.hpp"
+#include "ttmoe/ttmm/selection.hpp"
+
+namespace ttmoe::ttmm {
+
+/// How selected experts act on the model.
+enum class MergeMode {
+  dense,           ///< merged into the weights in place, restored exactly afterwards
+  unmaterialised,  ///< one stacked low-rank adapter applied beside the weights
+  automatic        ///< the cheaper of the two for the request's token count
+};
+
+/// Measured costs behind the automatic choice.
+struct MergeCosts {
+  double gemm_flops_per_second = 0;     ///< dense merge GEMMs (B_cat A_cat)
+  double lowrank_bytes_per_second = 0;  ///< batch-1 application of the stacked factors
+};
+
+/// Times a representative merge GEMM and a batch-1 low-rank application on this machine.
+inline MergeCosts measure_merge_costs() {
+  using clock = std::chrono::steady_clock;
+  auto best_of = [](int reps, auto&& f) {
+    double best = 1e30;
+    for (int i = 0; i < reps; ++i) {
+      const auto t0 = clock::now();
+      f();
+      best = std::min(best, std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    return best;
+  };
+  const index_t n = 1024, r = 256, wide = 2048;
+  auto fill = [](index_t a, index_t b) {
+    std::vector<float> v(std::size_t(a * b));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    return Tensor<float, DynShape<2>>::from_host(DynShape<2>(a, b), v);
+  };
+  autograd::NoGrad ng;
+  const auto B = fill(n, r), A = fill(r, n);
+  const double t_gemm = best_of(3, [&] { (void)matmul(B, A).to_vector(); });
+  const auto x = fill(1, wide), Aw = fill(r, wide), Bw = fill(wide, r);
+  const double t_low = best_of(5, [&] { (void)matmul<false, true>(matmul<false, true>(x, Aw), Bw).to_vector(); });
+  return {2.0 * double(n) * double(r) * double(n) / t_gemm, double(r) * double(2 * wide) * 4.0 / t_low};
+}
+
+/// The measured costs, taken on the first call and cached for the process.
+inline const MergeCosts& calibrate_merge_costs() {
+  static std::once_flag once;
+  static MergeCosts costs;
+  std::call_once(once, [] { costs = measure_merge_costs(); });
+  return costs;
+}
+
+/// The automatic rule (see the header comment): dense when its one-off cost is below the
+/// per-token cost of the unmaterialised adapter times `tokens`. `shapes` are the [out, in] of the
+/// adapted modules, `total_rank` R = sum r_k.
+inline MergeMode choose_merge_mode(const models::LinearShapes& shapes, index_t total_rank, index_t tokens,
+                                   const MergeCosts& costs) {
+  double flops = 0, bytes = 0;
+  for (const auto& [name, s] : shapes) {
+    flops += 2.0 * 2.0 * double(total_rank) * double(s.first) * double(s.second);
+    bytes += double(total_rank) * double(s.first + s.second) * 4.0;
+  }
+  const double dense = flops / costs.gemm_flops_per_second;
+  const double unmaterialised = double(tokens) * bytes / costs.lowrank_bytes_per_second;
+  return dense < unmaterialised ? MergeMode::dense : MergeMode::unmaterialised;
+}
+
+/// Selected experts acting on the model for one request; the model is restored when this object is
+/// destroyed (or restore() is called). Movable, not copyable.
+class ActiveExperts {
+ public:
+  ActiveExperts() = default;
+  /// The selection behind it.
+  const ExpertSelection& selection() const noexcept { return selection_; }
+  /// The mode used (dense or unmaterialised; dense for the base model, which changes nothing).
+  MergeMode mode() const noexcept { return mode_; }
+  /// Entries in the dense merge's restore patch (0 for the unmaterialised mode).
+  std::size_t patch_entries() const { return dense_ ? dense_->patch_entries() : 0; }
+  /// Weight elements merged densely.
+  std::size_t merged_elements() const { return dense_ ? dense_->merged_elements() : 0; }
+  /// Gives the model back exactly.
+  void restore() {
+    if (dense_) dense_->restore();
+    if (unmerged_) unmerged_->remove();
+    dense_.reset();
+    unmerged_.reset();
+  }
+
+ private:
+  friend class TestTimeMerger;
+  ExpertSelection selection_;
+  MergeMode mode_ = MergeMode::dense;
+  std::unique_ptr<DenseMerge<>> dense_;
+  std::unique_ptr<models::AttachedAdapters<float>> unmerged_;
+};
+
+/// TTMM serving: a base model, its expert store and a cache of hot experts.
+class TestTimeMerger {
+ public:
+  /// `model` and `store` must outlive the merger; `cache_bytes` bounds the experts kept in memory.
+  TestTimeMerger(models::LlamaForCausalLM<float>& model, const ExpertStore& store, std::size_t cache_bytes)
+      : model_(&model), store_(&store), cache_(store, cache_bytes) {}
+
+  /// Selects experts for the query embedding `q` and puts them on the model for a request of
+  /// `tokens` tokens in `mode` (automatic: calibrate_merge_costs and choose_merge_mode).
+  ActiveExperts activate(std::span<const float> q, index_t tokens, MergeMode mode = MergeMode::automatic,
+                         const moe::SparseSoftmaxConfig& cfg = {}) {
+    ActiveExperts a;
+    a.selection_ = select_experts(q, store_->centroids(), cfg);
+    if (a.selection_.base_model()) return a;
+    std::vector<std::shared_ptr<const ExpertCache::Expert>> held;
+    std::vector<models::WeightedAdapter<float>> weighted;
+    for (std::size_t k = 0; k < a.selection_.experts.size(); ++k) {
+      held.push_back(cache_.get(a.selection_.experts[k]));
+      weighted.push_back({held.back().get(), a.selection_.weights[k]});
+    }
+    if (mode == MergeMode::automatic) {
+      models::LinearShapes adapted;
+      const auto all = models::linear_shapes(*model_);
+      for (const auto& h : held)
+        for (const auto& [name, m] : h->modules) adapted[name] = all.at(name);
+      index_t rank = 0;
+      for (const auto& h : held) rank += h->modules.empty() ? 0 : h->modules.begin()->second.rank();
+      mode = choose_merge_mode(adapted, rank, tokens, calibrate_merge_costs());
+    }
+    a.mode_ = mode;
+    if (mode == MergeMode::dense) a.dense_ = std::make_unique<DenseMerge<>>(*model_, weighted);
+    else a.unmerged_ = std::make_unique<models::AttachedAdapters<float>>(*model_, weighted, models::LoraMode::unmerged);
+    return a;
+  }
+
+  /// The expert cache.
+  ExpertCache& cache() noexcept { return cache_; }
+
+ private:
+  models::LlamaForCausalLM<float>* model_;
+  const ExpertStore* store_;
+  ExpertCache cache_;
+};
+
+}  // namespace ttmoe::ttmm

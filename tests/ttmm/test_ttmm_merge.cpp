@@ -1,0 +1,261 @@
+// TTMM at test time without reference libraries: the exact in-place merge and restore (bit-identical
+// for F32 and BF16-valued weights, with the size of the restore patch reported), dense == unmerged
+// == the explicit weight sum, expert selection (including the base-model and NaN cases) through the
+// store, the LRU cache's byte bound, and the automatic mode rule.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "parity.hpp"
+#include "ttmm_test_util.hpp"
+#include "ttmoe/ttmm/test_time_merge.hpp"
+
+using namespace ttmoe;
+using ttmm_test::ScratchDir;
+
+namespace {
+
+/// Every parameter of `m`, flattened, in visiting order.
+std::vector<std::vector<float>> snapshot(models::LlamaForCausalLM<float>& m) {
+  std::vector<std::vector<float>> out;
+  for (auto& [name, lin] : models::adaptable_linears(m)) out.push_back(lin->weight.to_vector());
+  return out;
+}
+
+bool bit_equal(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) return false;
+  return true;
+}
+
+/// Rounds every adaptable weight of `m` to the nearest BF16 value (kept in F32 storage).
+void round_weights_to_bf16(models::LlamaForCausalLM<float>& m) {
+  for (auto& [name, lin] : models::adaptable_linears(m)) {
+    float* w = lin->weight.data();
+    for (index_t i = 0; i < lin->weight.numel(); ++i) {
+      std::uint32_t u;
+      std::memcpy(&u, w + i, 4);
+      u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+      std::memcpy(w + i, &u, 4);
+    }
+  }
+}
+
+IndexTensor<DynShape<2>> some_ids() {
+  return IndexTensor<DynShape<2>>::from_host(DynShape<2>(2, 6), {1, 5, 9, 3, 7, 2, 4, 4, 8, 1, 0, 6});
+}
+
+}  // namespace
+
+TEST_CASE("ttmm exact merge: restore is bit-identical for F32 and BF16-valued weights", "[ttmm][merge]") {
+  const auto c = models::LlamaConfig::from_json(ttmm_test::tiny_llama_json());
+  for (const bool bf16 : {false, true}) {
+    models::LlamaForCausalLM<float> m(c, 3);
+    if (bf16) round_weights_to_bf16(m);
+    const auto before = snapshot(m);
+    auto e0 = ttmm_test::random_expert(m, 11), e1 = ttmm_test::random_expert(m, 12);
+    // These random experts move W by about its own size at weight 1. Scale 0.01 is the realistic
+    // case (a trained LoRA changes W by a percent or so): few elements need the patch. Scale 30
+    // makes delta dominate W, so rounding loses most of W's bits and the patch list carries them.
+    for (const double scale : {0.01, 30.0}) {
+      std::size_t patch = 0, elements = 0;
+      {
+        ttmm::DenseMerge<> merge(m, {{&e0, 0.6 * scale}, {&e1, 0.4 * scale}});
+        CHECK(merge.module_count() == 14);
+        CHECK_FALSE(bit_equal(snapshot(m), before));
+        patch = merge.patch_entries();
+        elements = merge.merged_elements();
+      }  // the destructor restores
+      INFO("bf16-valued " << bf16 << ", delta scale " << scale << ": patch " << patch << " of " << elements);
+      CHECK(bit_equal(snapshot(m), before));
+      if (scale < 1) CHECK(patch < elements / 10);
+      else CHECK(patch > 0);  // the subtraction alone would not have restored
+      WARN("exact restore patch: " << patch << " entries for " << elements << " weights (bf16-valued " << bf16
+                                   << ", delta scale " << scale << ")");
+    }
+  }
+}
+
+TEST_CASE("ttmm merge: dense == unmaterialised == the explicit weight sum", "[ttmm][merge]") {
+  const auto c = models::LlamaConfig::from_json(ttmm_test::tiny_llama_json());
+  models::LlamaForCausalLM<float> m(c, 4);
+  auto e0 = ttmm_test::random_expert(m, 21), e1 = ttmm_test::random_expert(m, 22), e2 = ttmm_test::random_expert(m, 23);
+  const std::vector<models::WeightedAdapter<float>> ws{{&e0, 0.5}, {&e1, 0.3}, {&e2, 0.2}};
+  const auto ids = some_ids();
+  const auto base = m.forward(ids).to_vector();
+  // The explicit sum: W + sum_k w_k s_k B_k A_k per module, computed here in double.
+  std::vector<float> expected;
+  {
+    models::LlamaForCausalLM<float> ref(c, 4);
+    for (auto& [name, lin] : models::adaptable_linears(ref)) {
+      auto w = lin->weight.to_vector();
+      const index_t out = lin->weight.extent(0), in = lin->weight.extent(1);
+      for (const auto& wa : ws) {
+        const auto& mod = wa.adapter->modules.at(name);
+        const auto A = mod.lora_A.weight.to_vector(), B = mod.lora_B.weight.to_vector();
+        const index_t r = mod.rank();
+        for (index_t o = 0; o < out; ++o)
+          for (index_t i = 0; i < in; ++i) {
+            double acc = 0;
+            for (index_t k = 0; k < r; ++k) acc += double(B[o * r + k]) * double(A[k * in + i]);
+            w[o * in + i] += float(wa.weight * mod.scaling * acc);
+          }
+      }
+      lin->weight = Tensor<float, DynShape<2>>::from_host(DynShape<2>(out, in), w);
+    }
+    expected = ref.forward(ids).to_vector();
+  }
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * double(a[i] - b[i]), den += double(b[i]) * b[i];
+    return std::sqrt(num / den);
+  };
+  std::vector<float> dense, unmerged;
+  {
+    ttmm::DenseMerge<> merge(m, ws);
+    dense = m.forward(ids).to_vector();
+  }
+  {
+    models::AttachedAdapters<float> att(m, ws, models::LoraMode::unmerged);
+    unmerged = m.forward(ids).to_vector();
+  }
+  CHECK(rel(base, expected) > 0.05);  // the experts matter
+  CHECK(rel(dense, expected) < 1e-5);
+  CHECK(rel(unmerged, expected) < 1e-5);
+  CHECK(rel(dense, unmerged) < 1e-5);
+  CHECK(m.forward(ids).to_vector() == base);
+}
+
+TEST_CASE("ttmm selection through a store: weights, base model, NaN fallback, cache and modes", "[ttmm][merge]") {
+  const auto c = models::LlamaConfig::from_json(ttmm_test::tiny_llama_json());
+  models::LlamaForCausalLM<float> m(c, 5);
+  ScratchDir tmp("ttmm_select");
+  constexpr index_t K = 4, d = 3;
+  // Centroids: the unit axes e0, e1, e2 and -e0.
+  const std::vector<float> cents{1, 0, 0, 0, 1, 0, 0, 0, 1, -1, 0, 0};
+  {
+    ttmm::ExpertStoreWriter w(tmp.path);
+    for (index_t i = 0; i < K; ++i) {
+      auto e = ttmm_test::random_expert(m, 40 + std::uint64_t(i));
+      w.add_expert(i, e);
+    }
+    w.write_centroids(Tensor<float, DynShape<2>>::from_host(DynShape<2>(K, d), cents));
+    ttmm::StoreIndex x;
+    x.num_experts = K;
+    x.rank = 4;
+    x.lora_alpha = 16;
+    x.target_modules = ttmm_test::expert_config().target_modules;
+    x.embedder_id = "test";
+    x.embedding_dim = d;
+    x.base_model = {"tiny", ttmm::config_fingerprint(c.to_json())};
+    x.cluster_sizes = {1, 1, 1, 1};
+    w.write_index(x);
+  }
+  const auto store = ttmm::ExpertStore::open(tmp.path, models::linear_shapes(m));
+
+  SECTION("weights follow exp(-(1 - q.phi)/beta^2), thresholded and renormalised") {
+    const float s = 1.f / std::sqrt(2.f);
+    const std::vector<float> q{s, s, 0};
+    const auto sel = ttmm::select_experts(q, store.centroids());
+    // By hand in double: k_e = exp(-(1 - q.phi_e)/0.04), w = k / sum k, keep w > 0.01, renormalise.
+    std::vector<double> k(K), w(K);
+    double sum = 0;
+    for (index_t e = 0; e < K; ++e) {
+      double dot = 0;
+      for (index_t j = 0; j < d; ++j) dot += double(q[j]) * cents[e * d + j];
+      k[e] = std::exp(-(1 - dot) / 0.04);
+      sum += k[e];
+    }
+    std::vector<index_t> kept;
+    double kept_sum = 0;
+    for (index_t e = 0; e < K; ++e)
+      if (k[e] / sum > 0.01) kept.push_back(e), kept_sum += k[e];
+    REQUIRE(sel.experts == kept);
+    for (std::size_t i = 0; i < kept.size(); ++i) CHECK(sel.weights[i] == Approx(k[kept[i]] / kept_sum).epsilon(1e-6));
+    CHECK(sel.status == moe::MergeStatus::Ok);
+    moe::SparseSoftmaxConfig one;
+    one.max_experts = 1;
+    const auto top1 = ttmm::select_experts(q, store.centroids(), one);
+    CHECK(top1.experts.size() == 1);
+    CHECK(top1.weights == std::vector<double>{1.0});
+  }
+  SECTION("nothing above tau: the base model, unchanged") {
+    ttmm::TestTimeMerger merger(m, store, 1 << 20);
+    const auto before = snapshot(m);
+    const float h = 1.f / std::sqrt(2.f);
+    const std::vector<float> q{0, h, h};
+    moe::SparseSoftmaxConfig high;
+    high.tau = 0.6;  // e1 and e2 get about half of the mass each: nothing passes
+    auto a = merger.activate(q, 100, ttmm::MergeMode::dense, high);
+    CHECK(a.selection().base_model());
+    CHECK(a.selection().status == moe::MergeStatus::BaseModel);
+    CHECK(bit_equal(snapshot(m), before));
+  }
+  SECTION("a NaN query component: the nearest non-NaN expert alone") {
+    // Centroid 0 is corrupt (NaN): its similarity is NaN, so every softmax weight is.
+    auto bad = cents;
+    bad[1] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> q{0, 0.6f, 0.8f};
+    const auto sel = ttmm::select_experts(q, Tensor<float, DynShape<2>>::from_host(DynShape<2>(K, d), bad));
+    CHECK(sel.status == moe::MergeStatus::NanFallback);
+    CHECK(sel.experts == std::vector<index_t>{2});  // similarities NaN, 0.6, 0.8, 0
+    CHECK(sel.weights == std::vector<double>{1.0});
+  }
+  SECTION("the LRU cache keeps at most its byte capacity, evicting the least recently used") {
+    const std::size_t one = ttmm::ExpertCache::size_of(store.load_expert(0));
+    ttmm::ExpertCache cache(store, 2 * one + one / 2);
+    cache.get(0);
+    cache.get(1);
+    cache.get(0);  // 1 is now the least recently used
+    cache.get(2);
+    CHECK(cache.size() == 2);
+    CHECK(cache.contains(0));
+    CHECK(cache.contains(2));
+    CHECK_FALSE(cache.contains(1));
+    CHECK(cache.bytes() <= cache.capacity());
+    CHECK(cache.hits() == 1);
+    CHECK(cache.misses() == 3);
+  }
+  SECTION("activate: dense and unmaterialised give the same logits and restore the model") {
+    ttmm::TestTimeMerger merger(m, store, 1 << 24);
+    const auto ids = some_ids();
+    const auto base = m.forward(ids).to_vector();
+    const float s = 1.f / std::sqrt(2.f);
+    const std::vector<float> q{s, 0, s};
+    std::vector<float> dense, unmerged;
+    {
+      auto a = merger.activate(q, 10, ttmm::MergeMode::dense);
+      REQUIRE(a.selection().experts.size() == 2);
+      CHECK(a.mode() == ttmm::MergeMode::dense);
+      dense = m.forward(ids).to_vector();
+    }
+    CHECK(m.forward(ids).to_vector() == base);
+    {
+      auto a = merger.activate(q, 10, ttmm::MergeMode::unmaterialised);
+      CHECK(a.mode() == ttmm::MergeMode::unmaterialised);
+      unmerged = m.forward(ids).to_vector();
+    }
+    CHECK(m.forward(ids).to_vector() == base);
+    CHECK(test::normwise_rel_error(Tensor<float, DynShape<1>>::from_host(DynShape<1>(index_t(dense.size())), dense),
+                                   Tensor<float, DynShape<1>>::from_host(DynShape<1>(index_t(unmerged.size())), unmerged)) < 1e-5);
+    CHECK(dense != base);
+    CHECK(merger.cache().hits() == 2);  // the second activation found both experts cached
+  }
+}
+
+TEST_CASE("ttmm automatic mode: dense for long requests, unmaterialised for short ones", "[ttmm][merge]") {
+  const models::LinearShapes shapes{{"a", {2048, 2048}}, {"b", {8192, 2048}}};
+  const ttmm::MergeCosts costs{1e11, 1e10};  // 100 GFLOP/s GEMM, 10 GB/s low-rank streaming
+  // dense = 4 R (2048^2 + 8192 * 2048) / 1e11; per token = R (4096 + 10240) 4 / 1e10: break-even ~ 293 tokens.
+  CHECK(ttmm::choose_merge_mode(shapes, 640, 100, costs) == ttmm::MergeMode::unmaterialised);
+  CHECK(ttmm::choose_merge_mode(shapes, 640, 1000, costs) == ttmm::MergeMode::dense);
+  const auto& measured = ttmm::calibrate_merge_costs();
+  CHECK(measured.gemm_flops_per_second > 1e8);
+  CHECK(measured.lowrank_bytes_per_second > 1e7);
+  CHECK(&ttmm::calibrate_merge_costs() == &measured);  // cached
+}
