@@ -256,8 +256,7 @@ inline int run_default(const Ranks& ranks, const DefaultOptions& o) {
     t.finetuned = (work / ("finetune-lr" + std::string(store_name + 8))).string();
     const auto methods = parse_methods(t.methods);
     auto ts = load_eval_setup(t, methods);
-    std::printf("test: %zu documents (%zu per corpus), %lld experts\n", ts.documents.size(), o.test,
-                static_cast<long long>(ts.store->num_experts()));
+    std::printf("test: %zu documents, %lld experts\n", ts.documents.size(), static_cast<long long>(ts.store->num_experts()));
     std::fflush(stdout);
     const auto rows = run_methods(ts, t, methods);
     std::fputs(ttmm::format_comparison(rows).c_str(), stdout);

@@ -200,6 +200,22 @@ inline std::vector<ttmoe::ttmm::MethodResult> run_methods(EvalSetup& s, const Ev
     for (std::size_t i = 0; i < timed; ++i) cost += seconds_of([&] { generate_for_cost(s, o, s.documents[i].prompt()); });
     finish(r, cost);
   };
+  // One row per M of `Ms` ("<prefix>M"): o's β and τ with at most M experts; `per_document(cfg,
+  // row, cost, i)` scores document i into the row and adds its timing to cost when i < timed.
+  auto sparse_rows = [&](const std::string& prefix, const std::vector<index_t>& Ms, auto&& per_document) {
+    for (const index_t M : Ms) {
+      auto cfg = o.selection;
+      cfg.max_experts = M;
+      ttmm::MethodResult r;
+      r.method = prefix + std::to_string(M);
+      double cost = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        per_document(cfg, r, cost, i);
+        eval_progress(o, r.method, i + 1, n);
+      }
+      finish(r, cost);
+    }
+  };
   ttmm::TestTimeMerger merger(s.model, *s.store, std::size_t(1) << 30);
   for (const auto& method : methods) {
     if (method == "base") plain("base");
@@ -209,57 +225,38 @@ inline std::vector<ttmoe::ttmm::MethodResult> run_methods(EvalSetup& s, const Ev
       plain("finetune");
     }
     if (method == "ttmm")
-      for (const index_t M : o.active) {
-        auto cfg = o.selection;
-        cfg.max_experts = M;
-        ttmm::MethodResult r;
-        r.method = "ttmm-" + std::to_string(M);
-        double cost = 0;
-        for (std::size_t i = 0; i < n; ++i) {
-          const auto& d = s.documents[i];
-          if (i < timed) {
-            cost += seconds_of([&] {
-              const auto q = store_embeddings(s, {d.prompt()}).to_vector();  // φ of the prompt is part of selection
-              auto active = merger.activate(q, o.gen_tokens, ttmm::MergeMode::automatic, cfg);
-              generate_for_cost(s, o, d.prompt());
-            });
-          }
-          auto active = merger.activate(row_of(s.queries, i), index_t(d.ids.size()), ttmm::MergeMode::automatic, cfg);
-          r.add(models::score_continuation(s.model, d.ids, d.prefix));
-          eval_progress(o, r.method, i + 1, n);
-        }
-        finish(r, cost);
-      }
+      sparse_rows("ttmm-", o.active, [&](const moe::SparseSoftmaxConfig& cfg, ttmm::MethodResult& r, double& cost, std::size_t i) {
+        const auto& d = s.documents[i];
+        if (i < timed)
+          cost += seconds_of([&] {
+            const auto q = store_embeddings(s, {d.prompt()}).to_vector();  // φ of the prompt is part of selection
+            auto active = merger.activate(q, o.gen_tokens, ttmm::MergeMode::automatic, cfg);
+            generate_for_cost(s, o, d.prompt());
+          });
+        auto active = merger.activate(row_of(s.queries, i), index_t(d.ids.size()), ttmm::MergeMode::automatic, cfg);
+        r.add(models::score_continuation(s.model, d.ids, d.prefix));
+      });
     if (method == "ensemble")
-      for (const index_t M : o.ensemble_active) {
-        auto cfg = o.selection;
-        cfg.max_experts = M;
-        ttmm::MethodResult r;
-        r.method = "ensemble-" + std::to_string(M);
-        double cost = 0;
-        for (std::size_t i = 0; i < n; ++i) {
-          const auto& d = s.documents[i];
-          const auto sel = ttmm::select_experts(row_of(s.queries, i), s.store->centroids(), cfg);
-          std::vector<std::shared_ptr<const ttmm::ExpertCache::Expert>> held;
-          std::vector<models::WeightedAdapter<float>> experts;
-          for (std::size_t k = 0; k < sel.experts.size(); ++k) {
-            held.push_back(merger.cache().get(sel.experts[k]));
-            experts.push_back({held.back().get(), sel.weights[k]});
-          }
-          r.add(ttmm::ensemble_continuation(s.model, experts, d.ids, d.prefix));
-          // Cost: the experts run as separate models, one generation each (the base model when none).
-          if (i < timed)
-            cost += seconds_of([&] {
-              if (experts.empty()) generate_for_cost(s, o, d.prompt());
-              for (const auto& e : experts) {
-                models::AttachedAdapters<float> one(s.model, {{e.adapter, 1.0}}, models::LoraMode::unmerged);
-                generate_for_cost(s, o, d.prompt());
-              }
-            });
-          eval_progress(o, r.method, i + 1, n);
+      sparse_rows("ensemble-", o.ensemble_active, [&](const moe::SparseSoftmaxConfig& cfg, ttmm::MethodResult& r, double& cost, std::size_t i) {
+        const auto& d = s.documents[i];
+        const auto sel = ttmm::select_experts(row_of(s.queries, i), s.store->centroids(), cfg);
+        std::vector<std::shared_ptr<const ttmm::ExpertCache::Expert>> held;
+        std::vector<models::WeightedAdapter<float>> experts;
+        for (std::size_t k = 0; k < sel.experts.size(); ++k) {
+          held.push_back(merger.cache().get(sel.experts[k]));
+          experts.push_back({held.back().get(), sel.weights[k]});
         }
-        finish(r, cost);
-      }
+        r.add(ttmm::ensemble_continuation(s.model, experts, d.ids, d.prefix));
+        // Cost: the experts run as separate models, one generation each (the base model when none).
+        if (i < timed)
+          cost += seconds_of([&] {
+            if (experts.empty()) generate_for_cost(s, o, d.prompt());
+            for (const auto& e : experts) {
+              models::AttachedAdapters<float> one(s.model, {{e.adapter, 1.0}}, models::LoraMode::unmerged);
+              generate_for_cost(s, o, d.prompt());
+            }
+          });
+      });
     if (method == "ttt") {
       ttmm::MethodResult r;
       r.method = "ttt";
