@@ -49,12 +49,12 @@ struct DefaultOptions {
 
 /// The work folder's name: everything that changes a result is in it.
 inline std::string default_folder(const DefaultOptions& o) {
-  return "ttmm-default-v1-n" + std::to_string(o.train) + "-" + std::to_string(o.val) + "-" + std::to_string(o.test) +
+  return "ttmm-default-v2-n" + std::to_string(o.train) + "-" + std::to_string(o.val) + "-" + std::to_string(o.test) +
          "-s" + std::to_string(o.base_steps) + "-t" + std::to_string(o.context) + "-k" + std::to_string(o.clusters) +
          "-r" + std::to_string(o.rank);
 }
 
-/// The files of one corpus: regular files under `dir` (recursively when `recursive`) ending in
+/// The files of one corpus: regular files (not links) under `dir` (recursively when `recursive`) ending in
 /// `ext`, of at least 200 bytes, sorted by path. Throws ValueError naming the package when none.
 inline std::vector<std::filesystem::path> corpus_files(const std::string& dir, const std::string& ext, bool recursive,
                                                        const std::string& package) {
@@ -64,7 +64,10 @@ inline std::vector<std::filesystem::path> corpus_files(const std::string& dir, c
                             " (scripts/install-deps.sh lists it)");
   std::vector<fs::path> out;
   auto take = [&](const fs::directory_entry& e) {
-    if (e.is_regular_file() && e.path().extension() == ext && e.file_size() >= 200) out.push_back(e.path());
+    // Links are left out: a link and its target would be one text under two names, which could put
+    // a test document's text into the training set (python3.11 links _sysconfigdata__*.py).
+    if (!e.is_symlink() && e.is_regular_file() && e.path().extension() == ext && e.file_size() >= 200)
+      out.push_back(e.path());
   };
   if (recursive)
     for (const auto& e : fs::recursive_directory_iterator(dir)) take(e);
@@ -98,7 +101,7 @@ inline void write_split(const DefaultOptions& o, const std::filesystem::path& ro
     for (std::size_t i = 0; i < want; ++i) {
       const char* part = i < o.train ? "train" : i < o.train + o.val ? "val" : "test";
       fs::create_directories(root / part);
-      std::string name = fs::relative(files[i], s.root).string();
+      std::string name = files[i].lexically_relative(s.root).string();  // not relative(): it resolves links
       std::replace(name.begin(), name.end(), '/', '_');
       fs::copy_file(files[i], root / part / (s.prefix + name), fs::copy_options::overwrite_existing);
     }
