@@ -30,6 +30,7 @@ pkgs=(
   sentencepiece                                        # spm_train/spm_encode: the SentencePiece parity reference
   libcli11-dev                                         # example command lines
   openmpi-bin libopenmpi-dev                           # ttmm train sharded over mpirun (examples/ttmm)
+  python3.11-doc                                       # ttmm default: prose corpus (reST sources of the Python docs)
   base-files                                           # llm's default model: /usr/share/common-licenses (Essential)
   libssl-dev libfreetype-dev                           # DomainBed split (MD5), digit-set font rendering
   opencv-doc                                           # digit set: the 5,000 handwritten digits of digits.png

@@ -11,6 +11,12 @@
 //   ttmm base-model --corpus PATH --out DIR [--steps S --hidden H --layers L --context T ...]
 //       a small Llama and its BPE tokenizer trained from scratch on a corpus (`llm train`'s recipe),
 //       to try `ttmm train` without downloading a model.
+//   ttmm eval --model DIR --experts STORE --eval PATH [--train PATH --methods base,finetune,ttmm,ensemble,ttt]
+//       the paper's comparison table on held-out documents (eval.hpp).
+//   ttmm generate --model DIR --experts STORE --prompt TEXT
+//       streams a continuation with the merged experts, printing which were chosen (generate.hpp).
+//   ttmm   (no argument) the embedded default: Python code and prose from Debian packages, base model,
+//       experts, choices on validation, the table and a Figure-1 PNG, cached (default_run.hpp).
 //
 // Every failure is one "ttmm ...: error: ..." line on stderr and exit status 1.
 
@@ -24,11 +30,14 @@
 #include "../llm/train.hpp"
 #include "ranks.hpp"
 #include "train.hpp"
+#include "default_run.hpp"
+#include "eval.hpp"
+#include "generate.hpp"
 
 int main(int argc, char** argv) {
   ttmm_example::Ranks ranks(argc, argv);
   CLI::App app{"ttmm: test-time model merging of LoRA experts (TTMM)"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
 
   ttmm_example::TrainOptions o;
   CLI::App* t = app.add_subcommand("train", "train one LoRA expert per cluster of a corpus into an expert store");
@@ -66,12 +75,51 @@ int main(int argc, char** argv) {
   b->add_option("--steps", bo.steps, "optimiser steps")->capture_default_str()->check(CLI::PositiveNumber);
   b->add_option("--seed", bo.seed, "initialisation seed")->capture_default_str();
 
+  ttmm_example::EvalOptions eo;
+  CLI::App* ev = app.add_subcommand("eval", "compare base, multitask fine-tune, TTMM, ensemble and TTT on held-out documents");
+  ev->add_option("--model", eo.model, "Hugging Face folder of the base model")->required()->check(CLI::ExistingDirectory);
+  ev->add_option("--experts", eo.experts, "the expert store")->required();
+  ev->add_option("--eval", eo.eval, "held-out documents: a folder of text files or a .jsonl file")->required();
+  ev->add_option("--train", eo.train, "the training documents (finetune and ttt need them)");
+  ev->add_option("--finetuned", eo.finetuned, "folder of the multitask adapter: reused when there, else trained and saved");
+  ev->add_option("--methods", eo.methods, "comma-separated: base, finetune, ttmm, ensemble, ttt")->capture_default_str();
+  ev->add_option("--beta", eo.selection.beta, "selection temperature β")->capture_default_str()->check(CLI::PositiveNumber);
+  ev->add_option("--tau", eo.selection.tau, "selection threshold τ")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  ev->add_option("--prompt-tokens", eo.prompt_tokens, "prompt length (0: 50 for prose, 200 for code)")->capture_default_str();
+  ev->add_option("--neighbours", eo.ttt.neighbours, "TTT: N nearest training documents")->capture_default_str()->check(CLI::PositiveNumber);
+  ev->add_option("--ttt-lr", eo.ttt.lora.adam.lr, "TTT learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  ev->add_option("--max-documents", eo.max_documents, "evaluate the first N documents (0: all)")->capture_default_str();
+  ev->add_option("--cost-prompts", eo.cost_prompts, "prompts timed for the cost column")->capture_default_str();
+
+  ttmm_example::GenerateOptions go;
+  CLI::App* g = app.add_subcommand("generate", "generate from a prompt with the experts TTMM merges for it");
+  g->add_option("--model", go.model, "Hugging Face folder of the base model")->required()->check(CLI::ExistingDirectory);
+  g->add_option("--experts", go.experts, "the expert store")->required();
+  g->add_option("--prompt", go.prompt, "the prompt text")->required();
+  g->add_option("--max-new-tokens", go.max_new_tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
+  g->add_option("--beta", go.selection.beta, "selection temperature β")->capture_default_str()->check(CLI::PositiveNumber);
+  g->add_option("--tau", go.selection.tau, "selection threshold τ")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  g->add_option("--temperature", go.temperature, "sampling temperature (0: greedy)")->capture_default_str();
+
+  ttmm_example::DefaultOptions dopt;
+  app.add_option("--cache", dopt.cache, "default run: the cache folder (else $TTMOE_CACHE_DIR or ~/.cache/ttmoe)");
+  app.add_option("--figure", dopt.figure, "default run: where to write the Figure-1 PNG");
+  app.add_option("--docs", dopt.train, "default run: training documents per corpus")->capture_default_str();
+  app.add_option("--val-docs", dopt.val, "default run: validation documents per corpus")->capture_default_str();
+  app.add_option("--test-docs", dopt.test, "default run: test documents per corpus")->capture_default_str();
+  app.add_option("--base-steps", dopt.base_steps, "default run: base-model training steps")->capture_default_str();
+  app.add_option("--clusters", dopt.clusters, "default run: experts")->capture_default_str();
+  app.add_option("--neighbours", dopt.neighbours, "default run: TTT's N")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return ranks.leader() ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
   if (t->parsed()) return ttmm_example::run_train(ranks, o);
+  if (ev->parsed()) return ranks.leader() ? ttmm_example::run_eval(eo) : 0;
+  if (g->parsed()) return ranks.leader() ? ttmm_example::run_generate(go) : 0;
+  if (!b->parsed()) return ttmm_example::run_default(ranks, dopt);
   try {
     if (!ranks.leader()) return 0;  // one process writes the folder
     return llm_example::run_train(bo);

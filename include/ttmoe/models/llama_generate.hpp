@@ -120,10 +120,12 @@ struct ContinuationScore {
   double perplexity() const { return std::exp(nll()); }
 };
 
-/// Scores ids[prefix_len:] given ids[:prefix_len] (1 <= prefix_len < ids.size()); log-softmax in double.
+/// log p(ids[i] | ids[:i]) for every continuation token i in [prefix_len, ids.size()), in order
+/// (1 <= prefix_len < ids.size()); log-softmax in double. The per-token values let callers combine
+/// models token by token (TTMM's ensembling baseline averages the distributions, not the NLLs).
 template <class T, class D>
-ContinuationScore score_continuation(const LlamaForCausalLM<T, D>& m, const std::vector<std::int64_t>& ids,
-                                     index_t prefix_len) {
+std::vector<double> continuation_logprobs(const LlamaForCausalLM<T, D>& m, const std::vector<std::int64_t>& ids,
+                                          index_t prefix_len) {
   const index_t n = index_t(ids.size());
   if (prefix_len < 1 || prefix_len >= n)
     throw ValueError("score_continuation: prefix length " + std::to_string(prefix_len) + " must be in [1, " +
@@ -139,15 +141,25 @@ ContinuationScore score_continuation(const LlamaForCausalLM<T, D>& m, const std:
   auto ri = IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(index_t(rows.size())), rows);
   const auto logits = m.logits(index_select(h.reshape(DynShape<2>(n, h.extent(2))), ri)).to_vector();
   const index_t V = m.config.vocab_size;
-  ContinuationScore s;
+  std::vector<double> out(rows.size());
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const T* z = logits.data() + r * std::size_t(V);
     double mx = -INFINITY, sum = 0;
     for (index_t v = 0; v < V; ++v) mx = std::max(mx, double(z[v]));
     for (index_t v = 0; v < V; ++v) sum += std::exp(double(z[v]) - mx);
-    s.logprob += double(z[ids[std::size_t(prefix_len) + r]]) - mx - std::log(sum);
+    out[r] = double(z[ids[std::size_t(prefix_len) + r]]) - mx - std::log(sum);
   }
-  s.tokens = index_t(rows.size());
+  return out;
+}
+
+/// Scores ids[prefix_len:] given ids[:prefix_len] (1 <= prefix_len < ids.size()); log-softmax in double.
+template <class T, class D>
+ContinuationScore score_continuation(const LlamaForCausalLM<T, D>& m, const std::vector<std::int64_t>& ids,
+                                     index_t prefix_len) {
+  const auto lp = continuation_logprobs(m, ids, prefix_len);
+  ContinuationScore s;
+  for (const double x : lp) s.logprob += x;
+  s.tokens = index_t(lp.size());
   return s;
 }
 

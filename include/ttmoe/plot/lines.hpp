@@ -74,7 +74,10 @@ inline io::Image render(const LinePlot& p) {
       const double xa = se.x.empty() ? double(i) : se.x[i - 1], xb = se.x.empty() ? double(i + 1) : se.x[i];
       if (std::isfinite(se.y[i - 1]) && std::isfinite(se.y[i])) cv.line(px(xa), py(se.y[i - 1]), px(xb), py(se.y[i]), c, 3);
     }
-    if (se.y.size() == 1 && std::isfinite(se.y[0])) cv.fill_rect(int(px(xmin)) - 3, int(py(se.y[0])) - 3, int(px(xmin)) + 4, int(py(se.y[0])) + 4, c);
+    if (se.y.size() == 1 && std::isfinite(se.y[0])) {  // one point: a marker at its own x
+      const double xp = px(se.x.empty() ? 1.0 : se.x[0]);
+      cv.fill_rect(int(xp) - 5, int(py(se.y[0])) - 5, int(xp) + 6, int(py(se.y[0])) + 6, c);
+    }
   }
   // Labels.
   cv.text_centered(p.width / 2, 10, p.title, ink, s);
