@@ -86,14 +86,10 @@ struct EvalSetup {
   ttmoe::Tensor<float, ttmoe::DynShape<2>> train_phi;  ///< φ of each training document
 };
 
-/// φ of token sequences with the store's embedder (only the base model's mean-pooled states here).
+/// φ of token sequences with the store's embedder (phi.hpp).
 inline ttmoe::Tensor<float, ttmoe::DynShape<2>> store_embeddings(const EvalSetup& s,
                                                                    const std::vector<std::vector<std::int64_t>>& tokens) {
-  const auto& id = s.store->index().embedder_id;
-  if (id.rfind("lm-mean-pooled:", 0) != 0)
-    throw ttmoe::ValueError("the store's embedder '" + id + "' is a sentence encoder; `ttmm eval` here embeds with the base "
-                            "model only (stores trained with --embedder lm)");
-  return lm_embeddings(s.model, tokens);
+  return Phi(s.store->index().embedder_id).embed(s.model, *s.tokenizer, tokens);
 }
 
 /// Reads a corpus and cuts its documents for evaluation; throws ValueError for a corpus with no

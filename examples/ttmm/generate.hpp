@@ -4,6 +4,7 @@
 // automatic mode: dense or unmaterialised for the number of tokens asked for), the continuation is
 // streamed to stdout token by token, and the model is restored.
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -33,7 +34,9 @@ inline int run_generate(const GenerateOptions& o) {
     if (prompt.empty()) throw ValueError("--prompt: the prompt has no tokens");
     const auto context = std::size_t(s.model.config.max_position_embeddings);
     if (prompt.size() >= context) prompt.erase(prompt.begin(), prompt.end() - std::ptrdiff_t(context - 1));
-    const auto q = store_embeddings(s, {prompt}).to_vector();
+    // Routing sees the prompt's first 50 tokens, as the authors' code embeds them.
+    const std::vector<std::int64_t> head(prompt.begin(), prompt.begin() + std::ptrdiff_t(std::min<std::size_t>(prompt.size(), 50)));
+    const auto q = store_embeddings(s, {head}).to_vector();
     ttmm::TestTimeMerger merger(s.model, *s.store, std::size_t(1) << 30);
     auto active = merger.activate(q, o.max_new_tokens, ttmm::MergeMode::automatic, o.selection);
     const auto& sel = active.selection();

@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "phi.hpp"
 #include "ranks.hpp"
 #include "ttmoe/models/llm.hpp"
 #include "ttmoe/text.hpp"
@@ -45,47 +46,18 @@ struct TrainOptions {
   ttmoe::ttmm::ExpertTrainingOptions expert;
 };
 
-/// The id of the embedder φ as the store records it.
+/// The id of the embedder φ as the store records it: the base model's for `lm`, else the
+/// sentence-transformers folder's absolute path (so `ttmm eval` finds it from any directory).
 inline std::string embedder_id(const TrainOptions& o) {
-  return o.embedder == "lm" ? "lm-mean-pooled:" + o.model : o.embedder;
+  return o.embedder == "lm" ? lm_embedder_id(o.model) : std::filesystem::absolute(o.embedder).lexically_normal().string();
 }
 
-/// φ = the base model's last hidden states (after the final norm) averaged over a document's tokens
-/// (the paper's alternative to a sentence encoder), one row per document.
-inline ttmoe::Tensor<float, ttmoe::DynShape<2>> lm_embeddings(const ttmoe::models::LlamaForCausalLM<float>& m,
-                                                                const std::vector<std::vector<std::int64_t>>& tokens) {
-  using namespace ttmoe;
-  autograd::NoGrad ng;
-  const index_t H = m.config.hidden_size;
-  std::vector<float> out(tokens.size() * std::size_t(H), 0.f);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const auto& t = tokens[i];
-    const auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, index_t(t.size())), t);
-    const auto h = m.hidden_states(ids).to_vector();
-    std::vector<double> mean(std::size_t(H), 0.0);
-    for (std::size_t p = 0; p < t.size(); ++p)
-      for (index_t k = 0; k < H; ++k) mean[std::size_t(k)] += h[p * std::size_t(H) + std::size_t(k)];
-    for (index_t k = 0; k < H; ++k) out[i * std::size_t(H) + std::size_t(k)] = float(mean[std::size_t(k)] / double(t.size()));
-    if ((i + 1) % 64 == 0 || i + 1 == tokens.size()) {
-      std::fprintf(stderr, "\r  embed [%zu/%zu documents]", i + 1, tokens.size());
-      if (i + 1 == tokens.size()) std::fprintf(stderr, "\n");
-    }
-  }
-  return Tensor<float, DynShape<2>>::from_host(DynShape<2>(index_t(tokens.size()), H), out);
-}
-
-/// φ of every document, by --embedder.
+/// φ of every document, by --embedder (see phi.hpp).
 inline ttmoe::Tensor<float, ttmoe::DynShape<2>> embed_documents(const TrainOptions& o,
                                                                   const ttmoe::models::LlamaForCausalLM<float>& m,
-                                                                  const ttmoe::ttmm::Corpus&,
+                                                                  const ttmoe::text::Tokenizer& tok,
                                                                   const std::vector<std::vector<std::int64_t>>& tokens) {
-  if (o.embedder == "lm") return lm_embeddings(m, tokens);
-  // >>> SENTENCE-ENCODER PLUG-IN POINT (the one call site; embed15's models/sentence_encoder.hpp and
-  // ttmm/embed_corpus.hpp): load the encoder from the folder o.embedder and return the L2-normalised
-  // sentence embeddings [N, d] of corpus.documents[i].text (the encoder truncates at its own
-  // max_seq_length). Until that lands, only --embedder lm is available.
-  throw ttmoe::ValueError("--embedder " + o.embedder +
-                          ": sentence-encoder folders are not wired in this build yet; use --embedder lm");
+  return Phi(embedder_id(o)).embed(m, tok, tokens);
 }
 
 /// The base model's identity for the store: its folder and a fingerprint of its config.json.
@@ -158,10 +130,10 @@ inline void check_same_store(const std::filesystem::path& dir, const ttmoe::ttmm
 
 /// Rank 0's part before training: embed, cluster, write or check the store's index and centroids.
 inline ttmoe::ttmm::Clusters prepare_store(const TrainOptions& o, const ttmoe::models::LlamaForCausalLM<float>& m,
-                                           const ttmoe::ttmm::Corpus& corpus,
+                                           const ttmoe::text::Tokenizer& tok,
                                            const std::vector<std::vector<std::int64_t>>& tokens) {
   using namespace ttmoe;
-  const auto phi = embed_documents(o, m, corpus, tokens);
+  const auto phi = embed_documents(o, m, tok, tokens);
   auto c = ttmm::cluster_embeddings(phi, o.clusters);
   const auto index = store_index(o, c, phi.extent(1));
   ttmm::ExpertStoreWriter store(o.out);
@@ -190,12 +162,13 @@ inline int run_train(const Ranks& ranks, TrainOptions o) {
   // Every rank: model, tokenizer, corpus, tokens. The same inputs fail the same way on every rank,
   // so only rank 0 reports those.
   models::LlamaForCausalLM<float> model;
+  std::shared_ptr<text::Tokenizer> tok;
   ttmm::Corpus corpus;
   std::vector<std::vector<std::int64_t>> tokens;
   int failed = 0;
   try {
     model = models::load_llama<float>(o.model);
-    const auto tok = text::load_tokenizer(o.model);
+    tok = text::load_tokenizer(o.model);
     const auto context = std::size_t(model.config.max_position_embeddings);
     if (o.max_tokens > context) {
       if (ranks.leader())
@@ -219,7 +192,7 @@ inline int run_train(const Ranks& ranks, TrainOptions o) {
   ttmm::Clusters clusters;
   if (ranks.leader()) {
     try {
-      clusters = prepare_store(o, model, corpus, tokens);
+      clusters = prepare_store(o, model, *tok, tokens);
       assignment = clusters.assignment;
     } catch (const std::exception& e) {
       report(e);

@@ -8,7 +8,7 @@
 #    uninterrupted one;
 #  - bad input: an empty corpus, a corpus of only empty / non-UTF-8 documents, K above the number of
 #    documents, and a restart into a store of other settings, each a clear message and status 1.
-#   cmake -DTTMM=<ttmm> -DWORK=<dir> -DSCRIPTS=<repo>/scripts [-DMPIEXEC=<mpiexec>] -P ttmm_train_check.cmake
+#   cmake -DTTMM=<ttmm> -DWORK=<dir> -DSCRIPTS=<repo>/scripts [-DMPIEXEC=<mpiexec>] [-DPHI=<st folder>] -P ttmm_train_check.cmake
 if(NOT TTMM OR NOT WORK OR NOT SCRIPTS)
   message(FATAL_ERROR "usage: cmake -DTTMM=<ttmm> -DWORK=<dir> -DSCRIPTS=<dir> [-DMPIEXEC=<mpiexec>] -P ttmm_train_check.cmake")
 endif()
@@ -78,6 +78,30 @@ run_ttmm(base "${TTMM}" base-model --corpus corpus --out model --steps 5 --hidde
          --kv-heads 1 --intermediate 64 --context 64 --vocab-size 300)
 expect_ok(base "ttmm base-model")
 set(common --model model --clusters 3 --rank 4 --lr 1e-3)
+
+# PHI mode (test ttmm_sentence_phi_cli): φ from a sentence-transformers folder, end to end — train with
+# --embedder PHI, the store records the folder, generate and eval embed prompts with it; a folder
+# that is not a sentence-transformers model fails with the encoder's error. Then stop.
+if(PHI)
+  run_ttmm(phi "${TTMM}" train ${common} --corpus corpus --out store_phi --embedder "${PHI}")
+  expect_ok(phi "ttmm train --embedder ${PHI}")
+  file(READ "${WORK}/store_phi/index.json" index)
+  string(JSON phi_id GET "${index}" embedder id)
+  file(REAL_PATH "${PHI}" phi_abs)
+  if(NOT phi_id STREQUAL phi_abs)
+    message(FATAL_ERROR "index.json records embedder '${phi_id}', expected '${phi_abs}'")
+  endif()
+  run_ttmm(gen "${TTMM}" generate --model model --experts store_phi --prompt "Permission is hereby granted"
+           --max-new-tokens 4)
+  expect_ok(gen "ttmm generate with a sentence-encoder store")
+  expect_contains("${gen_err}" "experts" "generate's expert report")
+  run_ttmm(ev "${TTMM}" eval --model model --experts store_phi --eval corpus/more --methods base,ttmm)
+  expect_ok(ev "ttmm eval with a sentence-encoder store")
+  expect_contains("${ev_out}" "ttmm-3" "eval table")
+  run_ttmm(nophi "${TTMM}" train ${common} --corpus corpus --out store_nophi --embedder corpus)
+  expect_error(nophi "modules.json" "--embedder naming a folder that is no sentence-transformers model")
+  return()
+endif()
 
 # Single process.
 run_ttmm(one "${TTMM}" train ${common} --corpus corpus --out store1)

@@ -1,0 +1,81 @@
+#pragma once
+// φ, the embedding that places training documents and prompts in one space (the TTMM paper's
+// routing), as a store names it in index.json's embedder id:
+//   "lm-mean-pooled:<model dir>"  the base model's last hidden states averaged over the tokens (the
+//                                 paper's alternative; no second model to load), or
+//   "<folder>"                    a sentence-transformers folder (all-MiniLM-L6-v2, all-mpnet-base-v2:
+//                                 models::SentenceEncoder), fed the DECODED text of the tokens with
+//                                 special tokens skipped, as the authors' code embeds a prompt's text.
+// Training (`ttmm train`), evaluation and generation all go through Phi, so the query and the
+// centroids are always made the same way.
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ttmoe/models/llm.hpp"
+#include "ttmoe/models/sentence_encoder.hpp"
+#include "ttmoe/text.hpp"
+
+namespace ttmm_example {
+
+/// The embedder id a store records for the base model's mean-pooled states.
+inline std::string lm_embedder_id(const std::string& model_dir) { return "lm-mean-pooled:" + model_dir; }
+
+/// φ = the base model's last hidden states (after the final norm) averaged over a document's tokens
+/// (the paper's alternative to a sentence encoder), one row per document.
+inline ttmoe::Tensor<float, ttmoe::DynShape<2>> lm_embeddings(const ttmoe::models::LlamaForCausalLM<float>& m,
+                                                                const std::vector<std::vector<std::int64_t>>& tokens) {
+  using namespace ttmoe;
+  autograd::NoGrad ng;
+  const index_t H = m.config.hidden_size;
+  std::vector<float> out(tokens.size() * std::size_t(H), 0.f);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const auto& t = tokens[i];
+    const auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, index_t(t.size())), t);
+    const auto h = m.hidden_states(ids).to_vector();
+    std::vector<double> mean(std::size_t(H), 0.0);
+    for (std::size_t p = 0; p < t.size(); ++p)
+      for (index_t k = 0; k < H; ++k) mean[std::size_t(k)] += h[p * std::size_t(H) + std::size_t(k)];
+    for (index_t k = 0; k < H; ++k) out[i * std::size_t(H) + std::size_t(k)] = float(mean[std::size_t(k)] / double(t.size()));
+    if ((i + 1) % 64 == 0 || i + 1 == tokens.size()) {
+      std::fprintf(stderr, "\r  embed [%zu/%zu documents]", i + 1, tokens.size());
+      if (i + 1 == tokens.size()) std::fprintf(stderr, "\n");
+    }
+  }
+  return Tensor<float, DynShape<2>>::from_host(DynShape<2>(index_t(tokens.size()), H), out);
+}
+
+/// φ as an embedder id names it (see the file comment).
+class Phi {
+ public:
+  /// Loads the sentence encoder when `embedder_id` names a folder (a typed
+  /// models::SentenceEncoderError when it is not a sentence-transformers folder ttmoe can run).
+  explicit Phi(const std::string& embedder_id) {
+    if (embedder_id.rfind("lm-mean-pooled:", 0) != 0) encoder_.emplace(ttmoe::models::SentenceEncoder::load(embedder_id));
+  }
+
+  /// Whether φ is the base model's own states.
+  bool uses_base_model() const { return !encoder_; }
+
+  /// φ of each token sequence, one row each.
+  ttmoe::Tensor<float, ttmoe::DynShape<2>> embed(const ttmoe::models::LlamaForCausalLM<float>& m,
+                                                 const ttmoe::text::Tokenizer& tok,
+                                                 const std::vector<std::vector<std::int64_t>>& tokens) const {
+    if (!encoder_) return lm_embeddings(m, tokens);
+    std::vector<std::string> texts;
+    texts.reserve(tokens.size());
+    for (const auto& t : tokens) {
+      const std::vector<std::int32_t> ids(t.begin(), t.end());
+      texts.push_back(tok.decode(ids, /*skip_special_tokens=*/true));
+    }
+    return encoder_->encode(texts);
+  }
+
+ private:
+  std::optional<ttmoe::models::SentenceEncoder> encoder_;
+};
+
+}  // namespace ttmm_example
