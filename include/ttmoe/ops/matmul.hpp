@@ -69,8 +69,12 @@ auto matmul(const Tensor<T, SA, D>& a, const Tensor<T, SB, D>& b, std::type_iden
   const index_t M = ea[TA ? RA - 1 : RA - 2], K = ea[TA ? RA - 2 : RA - 1];
   const index_t KB = eb[TB ? RB - 1 : RB - 2], N = eb[TB ? RB - 2 : RB - 1];
   auto fail = [&](const std::string& why) {
-    return ShapeError(std::string("matmul") + (TA ? "<A^T>" : "") + (TB ? "<B^T>" : "") + ": shapes " +
-                      a.shape().to_string() + " and " + b.shape().to_string() + " " + why);
+    // Appended piece by piece: GCC 12 warns falsely (-Warray-bounds, inside libstdc++'s memcpy)
+    // about a chain of rvalue operator+ that starts from a short string.
+    std::string msg = TA ? (TB ? "matmul<A^T><B^T>" : "matmul<A^T>") : (TB ? "matmul<B^T>" : "matmul");
+    msg.append(": shapes ").append(a.shape().to_string()).append(" and ").append(b.shape().to_string());
+    msg.append(" ").append(why);
+    return ShapeError(msg);
   };
   if (K != KB) throw fail("have different inner dimensions (" + std::to_string(K) + " vs " + std::to_string(KB) + ")");
   index_t batch = 1;
