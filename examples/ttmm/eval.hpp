@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "ttmoe/training/progress.hpp"
 #include "ttmoe/ttmm/ensemble.hpp"
 #include "ttmoe/ttmm/evaluation.hpp"
 #include "ttmoe/ttmm/test_time_merge.hpp"
@@ -156,12 +157,20 @@ inline void generate_for_cost(const EvalSetup& s, const EvalOptions& o, const st
   (void)ttmoe::models::generate(s.model, {prompt}, g);
 }
 
-/// Draws "label [i/n]" on stderr unless quiet.
-inline void eval_progress(const EvalOptions& o, const std::string& label, std::size_t done, std::size_t total) {
-  if (o.quiet) return;
-  std::fprintf(stderr, "\r  %-12s [%zu/%zu documents]", label.c_str(), done, total);
-  if (done == total) std::fprintf(stderr, "\n");
-}
+/// One method's progress over the documents, drawn with the shared progress line unless quiet.
+struct EvalProgress {
+  const EvalOptions& o;
+  std::string label;
+  std::size_t total;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+  /// After document `done` (1-based) of `total`.
+  void step(std::size_t done) const {
+    if (o.quiet) return;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ttmoe::training::draw_progress_line(label, done, total, secs > 0 ? double(done) / secs : 0.0, "documents");
+  }
+};
 
 /// The multitask fine-tune: loaded from o.finetuned when there, else trained (and saved there).
 inline ttmoe::models::PeftAdapter<float> multitask_adapter(EvalSetup& s, const EvalOptions& o) {
@@ -188,9 +197,10 @@ inline std::vector<ttmoe::ttmm::MethodResult> run_methods(EvalSetup& s, const Ev
   auto plain = [&](const std::string& name) {
     ttmm::MethodResult r;
     r.method = name;
+    const EvalProgress progress{o, name, n};
     for (std::size_t i = 0; i < n; ++i) {
       r.add(models::score_continuation(s.model, s.documents[i].ids, s.documents[i].prefix));
-      eval_progress(o, name, i + 1, n);
+      progress.step(i + 1);
     }
     double cost = 0;
     for (std::size_t i = 0; i < timed; ++i) cost += seconds_of([&] { generate_for_cost(s, o, s.documents[i].prompt()); });
@@ -205,9 +215,10 @@ inline std::vector<ttmoe::ttmm::MethodResult> run_methods(EvalSetup& s, const Ev
       ttmm::MethodResult r;
       r.method = prefix + std::to_string(M);
       double cost = 0;
+      const EvalProgress progress{o, r.method, n};
       for (std::size_t i = 0; i < n; ++i) {
         per_document(cfg, r, cost, i);
-        eval_progress(o, r.method, i + 1, n);
+        progress.step(i + 1);
       }
       finish(r, cost);
     }
@@ -257,6 +268,7 @@ inline std::vector<ttmoe::ttmm::MethodResult> run_methods(EvalSetup& s, const Ev
       ttmm::MethodResult r;
       r.method = "ttt";
       double cost = 0;
+      const EvalProgress ttt_progress{o, "ttt", n};
       for (std::size_t i = 0; i < n; ++i) {
         const auto& d = s.documents[i];
         models::PeftAdapter<float> a;
@@ -269,7 +281,7 @@ inline std::vector<ttmoe::ttmm::MethodResult> run_methods(EvalSetup& s, const Ev
         models::AttachedAdapters<float> on(s.model, {{&a, 1.0}}, models::LoraMode::merged);
         r.add(models::score_continuation(s.model, d.ids, d.prefix));
         if (i < timed) cost += train_seconds + seconds_of([&] { generate_for_cost(s, o, d.prompt()); });
-        eval_progress(o, "ttt", i + 1, n);
+        ttt_progress.step(i + 1);
       }
       finish(r, cost);
     }

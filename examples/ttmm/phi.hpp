@@ -9,6 +9,7 @@
 // Training (`ttmm train`), evaluation and generation all go through Phi, so the query and the
 // centroids are always made the same way.
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "ttmoe/models/llm.hpp"
 #include "ttmoe/models/sentence_encoder.hpp"
 #include "ttmoe/text.hpp"
+#include "ttmoe/training/progress.hpp"
 
 namespace ttmm_example {
 
@@ -32,6 +34,7 @@ inline ttmoe::Tensor<float, ttmoe::DynShape<2>> lm_embeddings(const ttmoe::model
   autograd::NoGrad ng;
   const index_t H = m.config.hidden_size;
   std::vector<float> out(tokens.size() * std::size_t(H), 0.f);
+  const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const auto& t = tokens[i];
     const auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, index_t(t.size())), t);
@@ -41,8 +44,8 @@ inline ttmoe::Tensor<float, ttmoe::DynShape<2>> lm_embeddings(const ttmoe::model
       for (index_t k = 0; k < H; ++k) mean[std::size_t(k)] += h[p * std::size_t(H) + std::size_t(k)];
     for (index_t k = 0; k < H; ++k) out[i * std::size_t(H) + std::size_t(k)] = float(mean[std::size_t(k)] / double(t.size()));
     if ((i + 1) % 64 == 0 || i + 1 == tokens.size()) {
-      std::fprintf(stderr, "\r  embed [%zu/%zu documents]", i + 1, tokens.size());
-      if (i + 1 == tokens.size()) std::fprintf(stderr, "\n");
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      training::draw_progress_line("embed", i + 1, tokens.size(), secs > 0 ? double(i + 1) / secs : 0.0, "documents");
     }
   }
   return Tensor<float, DynShape<2>>::from_host(DynShape<2>(index_t(tokens.size()), H), out);
