@@ -10,20 +10,25 @@
 # per-round values. Both use float32 GEMMs without TF32.
 #   [ROUNDS=3] [RUNS=10] [WARMUP=3] [PYTHON=python3] bench/gpu/run_gpu_bench.sh [BUILD_DIR]
 # Extra CMake arguments (e.g. -DCMAKE_PREFIX_PATH=... for the dependencies) go in CMAKE_ARGS.
+# BENCH_BIN=path runs an already built bench_vit_gpu instead of configuring and building one (for a
+# GPU machine that lacks the build's dependencies: build here with -DTTMOE_CUDA=ON, copy the binary).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${1:-$root/build-gpu-bench}
 rounds=${ROUNDS:-3}; runs=${RUNS:-10}; warmup=${WARMUP:-3}; py=${PYTHON:-python3}
-# shellcheck disable=SC2086
-cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="${CUDACXX:-nvcc}" ${CMAKE_ARGS:-} >/dev/null
-cmake --build "$build" --target bench_vit_gpu -j"$(nproc)" >/dev/null
+bin=${BENCH_BIN:-$build/bench_vit_gpu}
+if [ -z "${BENCH_BIN:-}" ]; then
+  # shellcheck disable=SC2086
+  cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="${CUDACXX:-nvcc}" ${CMAKE_ARGS:-} >/dev/null
+  cmake --build "$build" --target bench_vit_gpu -j"$(nproc)" >/dev/null
+fi
 field() { awk -v k="$1:" '$1 == k {print $2}'; }
 med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 div() { python3 -c "print(f'{$1 / $2:.3f}')"; }
 ips=(); fsp=(); sst=(); ssp=(); sof=(); tsof=(); mem=()
 for r in $(seq 1 "$rounds"); do
-  c=$("$build/bench_vit_gpu" --batch 64 --runs "$runs" --warmup "$warmup")
+  c=$("$bin" --batch 64 --runs "$runs" --warmup "$warmup")
   p=$("$py" "$root/tests/reference/moetta_torchvision.py" --bench-gpu --batch 64 --steps "$runs" --warmup "$warmup")
   [ "$r" = 1 ] && { echo "$c" | head -1; echo "$p" | head -1; }
   cf=$(field ttmoe_gpu_forward_s <<<"$c"); cs=$(field ttmoe_gpu_moetta_step_s <<<"$c")

@@ -36,9 +36,9 @@ class ParameterVisitor {
   }
   /// Visits a sub-module under `name`.
   template <class M>
-  void sub(const std::string& name, M& module) {
+  void sub(const std::string& name, M& mod) {
     ParameterVisitor child(fn_, join(name));
-    module.visit_parameters(child);
+    mod.visit_parameters(child);
   }
 
  private:
@@ -47,19 +47,19 @@ class ParameterVisitor {
   std::string prefix_;
 };
 
-/// Calls fn(name, tensor&) for every parameter of `module`, names dotted from `prefix`.
+/// Calls fn(name, tensor&) for every parameter of `mod`, names dotted from `prefix`.
 template <class M, class Fn>
-void for_each_parameter(M& module, Fn&& fn, const std::string& prefix = "") {
+void for_each_parameter(M& mod, Fn&& fn, const std::string& prefix = "") {
   ParameterVisitor<std::remove_reference_t<Fn>> v(fn, prefix);
-  module.visit_parameters(v);
+  mod.visit_parameters(v);
 }
 
 /// All parameters of element type T as named flat views (in visiting order).
 template <class T, class D = cpu, class M>
-std::vector<ParamRef<T, D>> named_parameters(M& module, const std::string& prefix = "") {
+std::vector<ParamRef<T, D>> named_parameters(M& mod, const std::string& prefix = "") {
   std::vector<ParamRef<T, D>> out;
   for_each_parameter(
-      module,
+      mod,
       [&](const std::string& name, auto& t) {
         using Tn = std::remove_cvref_t<decltype(t)>;
         if constexpr (std::is_same_v<typename Tn::value_type, T> && std::is_same_v<typename Tn::device_type, D>) {
@@ -73,8 +73,8 @@ std::vector<ParamRef<T, D>> named_parameters(M& module, const std::string& prefi
 
 /// Only the trainable parameters.
 template <class T, class D = cpu, class M>
-std::vector<ParamRef<T, D>> trainable_parameters(M& module) {
-  auto all = named_parameters<T, D>(module);
+std::vector<ParamRef<T, D>> trainable_parameters(M& mod) {
+  auto all = named_parameters<T, D>(mod);
   std::vector<ParamRef<T, D>> out;
   for (auto& p : all)
     if (p.trainable()) out.push_back(p);
@@ -84,9 +84,9 @@ std::vector<ParamRef<T, D>> trainable_parameters(M& module) {
 /// Sets every parameter whose dotted name matches the glob `pattern` (fnmatch: `*`, `?`, `[..]`)
 /// trainable (`on`) or frozen. Returns how many matched.
 template <class M>
-std::size_t set_trainable(M& module, const std::string& pattern, bool on) {
+std::size_t set_trainable(M& mod, const std::string& pattern, bool on) {
   std::size_t n = 0;
-  for_each_parameter(module, [&](const std::string& name, auto& t) {
+  for_each_parameter(mod, [&](const std::string& name, auto& t) {
     if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) {
       t.set_requires_grad(on);
       ++n;
@@ -97,21 +97,21 @@ std::size_t set_trainable(M& module, const std::string& pattern, bool on) {
 
 /// Freezes every parameter.
 template <class M>
-void freeze(M& module) {
-  set_trainable(module, "*", false);
+void freeze(M& mod) {
+  set_trainable(mod, "*", false);
 }
 
 /// Clears every parameter's gradient.
 template <class M>
-void zero_grad(M& module) {
-  for_each_parameter(module, [](const std::string&, auto& t) { t.zero_grad(); });
+void zero_grad(M& mod) {
+  for_each_parameter(mod, [](const std::string&, auto& t) { t.zero_grad(); });
 }
 
 /// Total number of parameter elements (all, or trainable only).
 template <class M>
-index_t parameter_count(M& module, bool trainable_only = false) {
+index_t parameter_count(M& mod, bool trainable_only = false) {
   index_t n = 0;
-  for_each_parameter(module, [&](const std::string&, auto& t) {
+  for_each_parameter(mod, [&](const std::string&, auto& t) {
     if (!trainable_only || t.requires_grad()) n += t.numel();
   });
   return n;

@@ -30,15 +30,17 @@ inline cudaStream_t stream() {
   }();
   return s;
 }
-/// Raw device allocation for the pool (nullptr on failure so the pool can free its cache and retry).
+/// Raw device allocation for the pool: nullptr when the GPU is out of memory (so the pool can free
+/// its cache and retry), and a std::runtime_error naming the CUDA error for anything else (no device,
+/// a driver too old for the runtime), which a retry cannot fix and std::bad_alloc would hide.
 struct DeviceRaw {
   static void* raw_alloc(std::size_t bytes) {
     void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the sticky-free error state
-      return nullptr;
-    }
-    return p;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaSuccess) return p;
+    (void)cudaGetLastError();  // clear the error state so later calls are not blamed for it
+    if (e == cudaErrorMemoryAllocation) return nullptr;
+    throw std::runtime_error("ttmoe cuda: cudaMalloc of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e));
   }
   static void raw_free(void* p, std::size_t) { (void)cudaFree(p); }
 };
