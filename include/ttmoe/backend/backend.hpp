@@ -86,9 +86,10 @@ concept BackendFor =
     };
 
 /// Option: fused multi-head attention over a packed qkv [B, T, 3 H hd] (`qkv_attention_forward(qkv, B,
-/// T, H, hd, scale, probs, out)` keeping the softmax probabilities for `qkv_attention_backward(g, qkv,
-/// probs, B, T, H, hd, scale, beta, dqkv)`). Backends without it get ops/attention.hpp's composition of
-/// batched GEMMs and a softmax, with the same results.
+/// T, H, hd, scale, probs, out)` and `qkv_attention_backward(g, qkv, probs, B, T, H, hd, scale, beta,
+/// dqkv)`; `probs` [B, H, T, T] may be null, and ops/attention.hpp passes null: the forward then keeps
+/// the softmax probabilities in scratch and the backward recomputes them from qkv). Backends without it
+/// get ops/attention.hpp's composition of batched GEMMs and a softmax, with the same results.
 template <class D, class T>
 concept FusedAttentionBackend = requires(const T* c, T* m, index_t n, T s) {
   Backend<D>::qkv_attention_forward(c, n, n, n, n, s, m, m);

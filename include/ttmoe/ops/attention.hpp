@@ -4,8 +4,10 @@
 // of each); the output is the merged heads [B, T, D] ready for the output projection. Every GEMM
 // reads q, k, v in place through their row stride 3D and writes the heads straight into [B, T, D]
 // (or into the [B, T, 3D] gradient), so the permute copies of the qkv activation and of the output,
-// and their backward copies, never happen. Saved for the backward: the qkv input and the
-// probabilities P, exactly what the VJP reads.
+// and their backward copies, never happen. Saved for the backward: the qkv input, and on backends
+// without the fused kernels also the probabilities P; the fused kernels recompute P head by head in
+// the backward instead (bit-identical, B H T^2 floats less per layer on the tape: see
+// backend/cpu/attention.hpp).
 //
 // Per (b, h): S = scale * Q K^T, P = softmax(S), O = P V.
 // VJP: dP = dO V^T, dV = P^T dO, dS = P * (dP - rowsum(dP * P)), dQ = scale dS K, dK = scale dS^T Q.
@@ -28,11 +30,12 @@ Tensor<T, DynShape<3>, D> fused_qkv_attention(const Tensor<T, S, D>& qkv, index_
                      std::to_string(heads) + " heads");
   const index_t Dm = D3 / 3, H = heads, hd = Dm / H, TT = Tn * Tn;
   Tensor<T, DynShape<3>, D> out(DynShape<3>(B, Tn, Dm));
-  Tensor<T, DynShape<4>, D> probs(DynShape<4>(B, H, Tn, Tn));
+  Tensor<T, DynShape<4>, D> probs;  // the composition's P, kept for its backward
   const T* q = qkv.data();
   if constexpr (FusedAttentionBackend<D, T>) {
-    Backend<D>::qkv_attention_forward(q, B, Tn, H, hd, scale, probs.data(), out.data());
+    Backend<D>::qkv_attention_forward(q, B, Tn, H, hd, scale, static_cast<T*>(nullptr), out.data());
   } else {
+    probs = Tensor<T, DynShape<4>, D>(DynShape<4>(B, H, Tn, Tn));
     // Sample by sample: one sample's scores (H x T x T) stay in cache from the GEMM that writes them,
     // through the softmax, to the GEMM that reads them.
     for (index_t b = 0; b < B; ++b) {
@@ -51,7 +54,8 @@ Tensor<T, DynShape<3>, D> fused_qkv_attention(const Tensor<T, S, D>& qkv, index_
       auto t = mq->target();
       const T beta = t.fresh ? T(0) : T(1);  // q, k, v thirds are each written exactly once
       if constexpr (FusedAttentionBackend<D, T>) {
-        Backend<D>::qkv_attention_backward(g, saved.data(), probs.data(), B, Tn, H, hd, scale, beta, t.data);
+        Backend<D>::qkv_attention_backward(g, saved.data(), static_cast<const T*>(nullptr), B, Tn, H, hd, scale, beta,
+                                           t.data);
       } else {
         // Per-sample scratch for dP and dS (reused, cache-resident).
         Tensor<T, DynShape<3>, D> dp(DynShape<3>(H, Tn, Tn)), ds(DynShape<3>(H, Tn, Tn));

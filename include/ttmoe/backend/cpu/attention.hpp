@@ -9,6 +9,12 @@
 // scratch to accumulate into. Per head, the scores (155 KB) stay in L2 from the GEMM that writes them
 // to the GEMM that reads them, dS overwrites dP in place, and the threads synchronise once.
 //
+// The probabilities are not kept for the backward: it recomputes each head's P from q and k into a
+// per-thread scratch (one more T x T x hd GEMM per head, about 1% of a ViT-B/16 MoETTA step), which
+// saves B H T^2 floats per attention layer on the tape (15 MB per block at batch 8, 13% of the step's
+// peak RSS). The recomputation runs the forward's own serial code on the same inputs, so P, and every
+// gradient, is bit-identical to keeping it. A caller that passes a probabilities buffer gets P there.
+//
 // Layouts as in ops/attention.hpp: qkv [B, T, 3D] (q | k | v, head h owning columns h*hd.. of each),
 // probabilities [B, H, T, T], output [B, T, D], the qkv gradient [B, T, 3D].
 
@@ -21,18 +27,26 @@ namespace ttmoe::cpu_backend {
 
 /// The fused-qkv attention forward and VJP (see the file comment).
 struct AttentionKernels {
-  /// probs[b, h] = softmax(scale q k^T), out[b, :, h] = probs[b, h] v for every sample b and head h.
+  /// p = softmax(scale q k^T) for one head: q points at the head's first q column of a sample's
+  /// [T, 3D] rows (k is Dm columns further). Serial; the forward and the recomputing backward share it.
+  template <class T>
+  static void head_probabilities(const T* q, index_t Tn, index_t hd, index_t Dm, T scale, T* p) {
+    GemmKernels::serial_gemm(false, true, Tn, Tn, hd, scale, q, 3 * Dm, q + Dm, 3 * Dm, T(0), p, Tn);
+    for (index_t r = 0; r < Tn; ++r) detail::softmax_row(p + r * Tn, p + r * Tn, Tn);
+  }
+
+  /// out[b, :, h] = softmax(scale q k^T) v for every sample b and head h; when `probs` is not null the
+  /// probabilities also go to probs[b, h] ([B, H, T, T]), else they live in a per-thread scratch.
   template <class T>
   static void qkv_attention_forward(const T* qkv, index_t B, index_t Tn, index_t H, index_t hd, T scale, T* probs,
                                     T* out) {
     const index_t Dm = H * hd, D3 = 3 * Dm, TT = Tn * Tn;
     ThreadPool::instance().parallel_items(B * H, [&] {
-      return [&](index_t bh) {
+      return [&, scratch = probs ? nullptr : make_buffer<T, cpu>(TT)](index_t bh) {
         const index_t b = bh / H, h = bh % H;
         const T* q = qkv + b * Tn * D3 + h * hd;
-        T* p = probs + bh * TT;
-        GemmKernels::serial_gemm(false, true, Tn, Tn, hd, scale, q, D3, q + Dm, D3, T(0), p, Tn);
-        for (index_t r = 0; r < Tn; ++r) detail::softmax_row(p + r * Tn, p + r * Tn, Tn);
+        T* p = probs ? probs + bh * TT : scratch->data();
+        head_probabilities(q, Tn, hd, Dm, scale, p);
         GemmKernels::serial_gemm(false, false, Tn, hd, Tn, T(1), p, Tn, q + 2 * Dm, D3, T(0), out + b * Tn * Dm + h * hd,
                                  Dm);
       };
@@ -41,18 +55,26 @@ struct AttentionKernels {
 
   /// The VJP: from g = dL/d(out) [B, T, D] writes (beta 0) or adds (beta 1) dq, dk, dv into dqkv.
   /// dP = g V^T, dV = P^T g, dS = P * (dP - rowsum(dP * P)), dQ = scale dS K, dK = scale dS^T Q.
+  /// `probs` null: each head's P is recomputed from q and k (see the file comment).
   template <class T>
   static void qkv_attention_backward(const T* g, const T* qkv, const T* probs, index_t B, index_t Tn, index_t H,
                                      index_t hd, T scale, T beta, T* dqkv) {
     const index_t Dm = H * hd, D3 = 3 * Dm, TT = Tn * Tn;
     ThreadPool::instance().parallel_items(B * H, [&] {
-      // dP, then dS in place: one scratch per thread, from the caching pool (reused call after call).
-      return [&, scratch = make_buffer<T, cpu>(TT)](index_t bh) {
+      // dP, then dS in place, and the recomputed P: scratch per thread, from the caching pool (reused
+      // call after call).
+      return [&, scratch = make_buffer<T, cpu>(TT), p_scratch = probs ? nullptr : make_buffer<T, cpu>(TT)](index_t bh) {
         T* ds = scratch->data();
         const index_t b = bh / H, h = bh % H;
         const T* q = qkv + b * Tn * D3 + h * hd;
         const T* go = g + b * Tn * Dm + h * hd;
-        const T* p = probs + bh * TT;
+        const T* p = probs;
+        if (probs) {
+          p += bh * TT;
+        } else {
+          head_probabilities(q, Tn, hd, Dm, scale, p_scratch->data());
+          p = p_scratch->data();
+        }
         T* dq = dqkv + b * Tn * D3 + h * hd;
         GemmKernels::serial_gemm(false, true, Tn, Tn, hd, T(1), go, Dm, q + 2 * Dm, D3, T(0), ds, Tn);
         GemmKernels::serial_gemm(true, false, Tn, hd, Tn, T(1), p, Tn, go, Dm, beta, dq + 2 * Dm, D3);
