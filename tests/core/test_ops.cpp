@@ -407,6 +407,113 @@ TEST_CASE("float GEMM on the packed kernel: every transpose, ragged tiles, K ove
   CHECK_CLOSE(c, mm_ref(false, false, M, N, K, a.data(), b.data()), mm_tol<float>(K), mm_tol<float>(K));
 }
 
+namespace {
+// op(A) op(B) in double for operands with leading dimensions (A stored [M, lda] or [K, lda] when ta).
+std::vector<double> strided_ref(bool ta, bool tb, index_t M, index_t N, index_t K, const float* A, index_t lda,
+                                const float* B, index_t ldb) {
+  std::vector<double> C(M * N, 0.0);
+  for (index_t i = 0; i < M; ++i)
+    for (index_t j = 0; j < N; ++j)
+      for (index_t k = 0; k < K; ++k)
+        C[i * N + j] += double(ta ? A[k * lda + i] : A[i * lda + k]) * double(tb ? B[j * ldb + k] : B[k * ldb + j]);
+  return C;
+}
+}  // namespace
+
+TEST_CASE("float GEMM edge shapes: M, N, K off the tile, strided operands, beta 1, every epilogue", "[core][matmul]") {
+  // Every size pair from {1, 7, 17, 63, 65} (and M = 130, which reaches the packed kernel with two
+  // threads on AVX2 and AVX-512 builds) in every transpose form, with leading dimensions wider than
+  // the matrices: the padding of C holds a sentinel that must survive. Then the same sizes serially
+  // inside a pool job (serial_gemm's thresholds differ), and each epilogue alone and together.
+  ThreadCountGuard guard;
+  cpu_backend::set_num_threads(2);
+  const std::vector<index_t> sizes{1, 7, 17, 63, 65};
+  std::uint64_t seed = 700;
+  for (index_t M : {index_t(1), index_t(7), index_t(17), index_t(63), index_t(65), index_t(130)})
+    for (index_t N : sizes)
+      for (index_t K : {index_t(1), index_t(7), index_t(17), index_t(65), index_t(400)})
+        for (int form = 0; form < 4; ++form) {
+          const bool ta = form & 1, tb = form & 2;
+          const index_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+          const auto a = random_values<float>((ta ? K : M) * lda, -1, 1, ++seed);
+          const auto b = random_values<float>((tb ? N : K) * ldb, -1, 1, ++seed);
+          const auto c0 = random_values<float>(M * ldc, -1, 1, ++seed);
+          const auto ab = strided_ref(ta, tb, M, N, K, a.data(), lda, b.data(), ldb);
+          for (int nested = 0; nested < 2; ++nested) {
+            std::vector<float> c = c0;  // beta = 1: accumulate onto C
+            auto call = [&] {
+              cpu_backend::GemmKernels::gemm(ta, tb, M, N, K, -1.25f, a.data(), lda, b.data(), ldb, 1.f, c.data(), ldc);
+            };
+            if (nested)
+              cpu_backend::ThreadPool::instance().run_on_all([&](std::size_t t, std::size_t) {
+                if (t == 0) call();
+              });
+            else
+              call();
+            std::vector<double> got, want;
+            bool padding_kept = true;
+            for (index_t i = 0; i < M; ++i) {
+              for (index_t j = 0; j < N; ++j) {
+                got.push_back(c[i * ldc + j]);
+                want.push_back(c0[i * ldc + j] - 1.25 * ab[i * N + j]);
+              }
+              for (index_t j = N; j < ldc; ++j) padding_kept = padding_kept && c[i * ldc + j] == c0[i * ldc + j];
+            }
+            INFO("M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " nested " << nested);
+            CHECK(padding_kept);
+            CHECK_CLOSE(got, want, mm_tol<float>(K) * 2, mm_tol<float>(K) * 2);
+          }
+        }
+  // Epilogues one at a time and together (bias, residual, SiLU / ReLU in place, beside, VJP), K over
+  // two k-blocks, ragged M and N, C and the side outputs with padded leading dimensions.
+  for (const auto& mnk : {std::array<index_t, 3>{130, 65, 400}, {65, 17, 63}, {7, 63, 17}}) {
+    const index_t M = mnk[0], N = mnk[1], K = mnk[2], ld = N + 3;
+    const auto a = random_values<float>(M * K, -1, 1, 801), b = random_values<float>(N * K, -1, 1, 802);
+    const auto bias = random_values<float>(N, -1, 1, 803), res = random_values<float>(M * ld, -2, 2, 804);
+    const auto pre_in = random_values<float>(M * ld, -3, 3, 805);
+    const auto ab = mm_ref(false, true, M, N, K, a.data(), b.data());
+    for (int parts = 1; parts < 4; ++parts) {  // bit 0: bias, bit 1: residual
+      const bool with_bias = parts & 1, with_res = parts & 2;
+      std::vector<double> z(M * N);
+      for (index_t i = 0; i < M; ++i)
+        for (index_t j = 0; j < N; ++j)
+          z[i * N + j] = 1.5 * ab[i * N + j] + (with_bias ? bias[j] : 0.0) + (with_res ? res[i * ld + j] : 0.0);
+      auto run = [&]<class Act>(Act*, int mode) {  // mode 0: in place, 1: pre kept beside, 2: VJP
+        std::vector<float> c(M * ld, std::numeric_limits<float>::quiet_NaN()), act = c;
+        GemmEpilogue<float> ep;
+        if (with_bias) ep.bias = bias.data();
+        if (with_res) ep.residual = res.data(), ep.ld_residual = ld;
+        if (mode == 1) ep.activated = act.data(), ep.ld_activated = ld;
+        if (mode == 2) ep.act_input = pre_in.data(), ep.ld_act_input = ld;
+        cpu_backend::GemmKernels::gemm_epilogue<Act>(false, true, M, N, K, 1.5f, a.data(), K, b.data(), K, c.data(), ld, ep);
+        std::vector<double> cv, av;
+        for (index_t i = 0; i < M; ++i)
+          for (index_t j = 0; j < N; ++j) cv.push_back(c[i * ld + j]), av.push_back(act[i * ld + j]);
+        return std::pair{cv, av};
+      };
+      const double tol = mm_tol<float>(K) * 8;
+      INFO("M " << M << " N " << N << " K " << K << " bias " << with_bias << " residual " << with_res);
+      CHECK_CLOSE(run(static_cast<void*>(nullptr), 0).first, z, tol, tol);
+      auto check_act = [&]<class Act>(Act* tag) {
+        std::vector<double> fz(M * N), vz(M * N);
+        for (index_t i = 0; i < M; ++i)
+          for (index_t j = 0; j < N; ++j) {
+            fz[i * N + j] = Act::apply(z[i * N + j]);
+            Act::vjp(double(pre_in[i * ld + j]), 0.0, z[i * N + j], vz[i * N + j]);
+          }
+        INFO("activation " << Act::name);
+        CHECK_CLOSE(run(tag, 0).first, fz, tol, tol);
+        const auto [pre, act] = run(tag, 1);
+        CHECK_CLOSE(pre, z, tol, tol);
+        CHECK_CLOSE(act, fz, tol, tol);
+        CHECK_CLOSE(run(tag, 2).first, vz, tol * 4, tol * 4);
+      };
+      check_act(static_cast<op::silu*>(nullptr));
+      check_act(static_cast<op::relu*>(nullptr));
+    }
+  }
+}
+
 TEST_CASE("matmul with K = 0 gives zeros, folded and batched forms match per-matrix loops", "[core][matmul]") {
   ThreadCountGuard guard;
   cpu_backend::set_num_threads(4);  // batches below and above the thread count take different paths

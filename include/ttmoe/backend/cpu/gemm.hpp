@@ -1,6 +1,6 @@
 #pragma once
-// Row-major GEMM on the CPU: C = alpha * op(A) op(B) + beta * C. In AVX-512 builds, float GEMMs
-// large enough to split over the pool run ttmoe's own packed kernel (gemm_avx512.hpp, which says
+// Row-major GEMM on the CPU: C = alpha * op(A) op(B) + beta * C. In AVX-512 and AVX2+FMA builds,
+// float GEMMs large enough to split over the pool run ttmoe's own packed kernel (gemm_packed.hpp, which says
 // why); otherwise Eigen's single-threaded kernel runs on each block of C produced by splitting the
 // larger of M and N across the thread pool (so GEMM shares the one parallel runtime). With
 // TTMOE_USE_CBLAS (target ttmoe::blas) float/double GEMMs go to CBLAS instead, which uses its own
@@ -9,7 +9,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 
-#include "ttmoe/backend/cpu/gemm_avx512.hpp"
+#include "ttmoe/backend/cpu/gemm_packed.hpp"
 #include "ttmoe/backend/cpu/gemm_epilogue.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 
@@ -51,16 +51,16 @@ void eigen_gemm(bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, cons
 
 /// GEMM and batched GEMM.
 struct GemmKernels {
-  /// One GEMM on the calling thread (batched GEMMs run one matrix per thread): the packed AVX-512
-  /// kernel for float matrices of at least one micro-tile (attention's per-head products), else Eigen.
+  /// One GEMM on the calling thread (batched GEMMs run one matrix per thread): the packed kernel
+  /// (AVX-512 or AVX2+FMA builds) for float matrices of at least one micro-tile (attention's per-head products), else Eigen.
   template <class T>
   static void serial_gemm(bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, const T* A, index_t lda,
                           const T* B, index_t ldb, T beta, T* C, index_t ldc) {
-  #if defined(__AVX512F__)
+  #if defined(TTMOE_PACKED_GEMM)
     if constexpr (std::is_same_v<T, float>) {
       // Narrow widths only where a tile shape fits them: a padded sliver would waste too much.
-      if (M >= avx512::MR && K >= 16 && (N >= 2 * avx512::NR || N % avx512::Tile6x64::NR == 0)) {
-        avx512::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // serial inside a pool job
+      if (M >= packed::MR && K >= 16 && (N >= 2 * packed::NR || N % packed::AltTile::NR == 0)) {
+        packed::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // serial inside a pool job
         return;
       }
     }
@@ -90,10 +90,10 @@ struct GemmKernels {
       }
     }
   #endif
-  #if defined(__AVX512F__)
+  #if defined(TTMOE_PACKED_GEMM)
     if constexpr (std::is_same_v<T, float>) {
-      if (avx512::suits(M, N, K)) {
-        avx512::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      if (packed::suits(M, N, K)) {
+        packed::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
       }
     }
@@ -129,20 +129,20 @@ struct GemmKernels {
   }
 
   /// C[M,N] = alpha * op(A) op(B) finished by `ep` (bias, residual, activation Act or its VJP; see
-  /// GemmEpilogue; C is not read). The packed AVX-512 kernel does the epilogue as it stores each tile;
+  /// GemmEpilogue; C is not read). The packed kernel (AVX-512 or AVX2+FMA builds) does the epilogue as it stores each tile;
   /// otherwise the GEMM writes C and one more pass applies it.
   template <class Act, class T>
   static void gemm_epilogue(bool ta, bool tb, index_t M, index_t N, index_t K, T alpha, const T* A, index_t lda,
                             const T* B, index_t ldb, T* C, index_t ldc, const GemmEpilogue<T>& ep) {
     if (M == 0 || N == 0) return;
-  #if defined(__AVX512F__)
+  #if defined(TTMOE_PACKED_GEMM)
     if constexpr (std::is_same_v<T, float>) {
-      if (K > 0 && avx512::suits(M, N, K)
+      if (K > 0 && packed::suits(M, N, K)
   #if defined(TTMOE_USE_CBLAS)
           && ThreadPool::in_parallel()  // CBLAS takes the rest, as in gemm()
   #endif
       ) {
-        avx512::gemm<Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, T(0), C, ldc, ep);
+        packed::gemm<Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, T(0), C, ldc, ep);
         return;
       }
     }

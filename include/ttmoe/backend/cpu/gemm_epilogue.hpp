@@ -1,6 +1,6 @@
 #pragma once
 // The CPU's GEMM epilogue as a pass of its own (ttmoe/backend/gemm_epilogue.hpp says what an epilogue
-// is): the packed AVX-512 kernel (gemm_avx512.hpp) does it in its store; other builds and shapes run
+// is): the packed kernel (gemm_packed.hpp; AVX-512 and AVX2+FMA builds) does it in its store; other builds and shapes run
 // the plain GEMM and then apply_epilogue, one pass over C, with the same result.
 
 #include <algorithm>

@@ -1,18 +1,23 @@
 #pragma once
-// float GEMM for AVX-512 builds: packed panels, an 8 x 48 register-blocked micro-kernel, and one
-// parallel job over the thread pool that shares the packed B panel between threads.
+// float GEMM for AVX-512 and AVX2+FMA builds: packed panels, a register-blocked micro-kernel, and
+// one parallel job over the thread pool that shares the packed B panel between threads. The kernel
+// is written once over an ISA traits struct (PackedIsa: vector register, its width, the few
+// intrinsics the kernel uses); the build's ISA picks the traits and the tile shapes.
 //
 // Why not Eigen's kernel here: with AVX-512, Eigen 3.4's float GEBP kernel is 48 x 4 (12 of the 32
 // vector registers hold accumulators) and each thread of a split GEMM packs its own copy of the
-// shared operand; together that measured 0.85-0.87 of OpenBLAS at 2 threads on ViT-B/16's shapes.
-// This kernel keeps 24 accumulators (8 rows x 3 vectors of C) and loads 3 vectors of B plus 8
-// broadcasts of A per step of k; B is packed once per k-block by all threads together, A once per
-// thread, and the loops keep an A sliver (KC x 8) in L1 while a B block (KC x NC) stays in L2.
+// shared operand; together that measured 0.85-0.87 of OpenBLAS at 2 threads on ViT-B/16's shapes
+// (0.85-0.89 on AVX2, where the fused epilogues also ran as passes of their own). On AVX-512 the
+// tile keeps 24 accumulators (8 rows x 3 vectors of C) and loads 3 vectors of B plus 8 broadcasts
+// of A per step of k; on AVX2 (16 ymm registers) 6 rows x 2 vectors: 12 accumulators, 2 of B, 1
+// broadcast. B is packed once per k-block by all threads together, A once per thread, and the loops
+// keep an A sliver (KC x MR) in L1 while a B block (KC x NC) stays in L2.
 //
 // Row-major C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C. Packed layouts: A slivers of MR rows
 // as [k][r], B slivers of NR columns as [k][c], each zero-padded to a full sliver.
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define TTMOE_PACKED_GEMM 1
 
 #include <immintrin.h>
 
@@ -29,22 +34,89 @@
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 #include "ttmoe/core/device.hpp"
 
-namespace ttmoe::cpu_backend::avx512 {
+namespace ttmoe::cpu_backend::packed {
 
-/// A micro-tile shape: MR rows of C (broadcasts of A) x NR columns (NR / 16 vectors of B), 24
-/// accumulators either way. 8 x 48 is the default; 6 x 64 serves widths that are multiples of 64
-/// but not of 48 (attention's head dimension), where 48-wide slivers would be a third padding.
+#if defined(__AVX512F__)
+/// The AVX-512 vector unit as the kernel sees it: 16 float lanes in a zmm register.
+struct PackedIsa {
+  using reg = __m512;
+  using batch = xsimd::batch<float, xsimd::avx512f>;  // what an activation's apply/vjp takes
+  static constexpr int W = 16;
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg set1(float x) { return _mm512_set1_ps(x); }
+  static reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
+  static void store_aligned(float* p, reg v) { _mm512_store_ps(p, v); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
+  static reg fmadd(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  /// Reads one float from each of W rows `ld` apart (lanes >= `live` read as 0): a column of a
+  /// transposed B. Set up once per sliver vector, then load() per k.
+  struct ColumnGather {
+    __m512i idx;
+    __mmask16 live;
+    ColumnGather(index_t first_row, index_t live_rows, index_t ld)
+        : idx(_mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(int(first_row)),
+                                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
+                                 _mm512_set1_epi32(int(ld)))),
+          live(live_rows >= 16 ? __mmask16(0xFFFF) : live_rows <= 0 ? __mmask16(0) : __mmask16((1u << live_rows) - 1u)) {}
+    reg load(const float* base) const { return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, base, 4); }
+  };
+};
+#else
+/// The AVX2+FMA vector unit as the kernel sees it: 8 float lanes in a ymm register.
+struct PackedIsa {
+  using reg = __m256;
+  using batch = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;  // what an activation's apply/vjp takes
+  static constexpr int W = 8;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg set1(float x) { return _mm256_set1_ps(x); }
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+  static void store_aligned(float* p, reg v) { _mm256_store_ps(p, v); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+  static reg fmadd(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  /// Reads one float from each of W rows `ld` apart (lanes >= `live` read as 0): a column of a
+  /// transposed B. Set up once per sliver vector, then load() per k.
+  struct ColumnGather {
+    __m256i idx;
+    __m256 live;
+    ColumnGather(index_t first_row, index_t live_rows, index_t ld)
+        : idx(_mm256_mullo_epi32(_mm256_add_epi32(_mm256_set1_epi32(int(first_row)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                                 _mm256_set1_epi32(int(ld)))),
+          live(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::clamp<index_t>(live_rows, 0, 8))),
+                                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)))) {}
+    reg load(const float* base) const { return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), base, idx, live, 4); }
+  };
+};
+#endif
+
+using V = PackedIsa;
+inline constexpr int W = PackedIsa::W;
+
+/// A micro-tile shape: MR rows of C (broadcasts of A) x NR columns (NR / W vectors of B).
 template <index_t MR_, index_t NR_>
 struct Tile {
   static constexpr index_t MR = MR_, NR = NR_;
-  static constexpr int NV = int(NR_ / 16);
+  static constexpr int NV = int(NR_ / W);
+  static_assert(NR_ % W == 0, "a sliver is whole vectors");
 };
-using Tile8x48 = Tile<8, 48>;
-using Tile6x64 = Tile<6, 64>;
-inline constexpr index_t MR = Tile8x48::MR;  // the smallest row block any tile shape takes
-inline constexpr index_t NR = Tile8x48::NR;  // the narrowest sliver
-inline constexpr index_t KC = 384;  // depth of a packed block: an A sliver (<= 12 KiB) stays in L1
+#if defined(__AVX512F__)
+// 24 accumulators either way. 8 x 48 is the default; 6 x 64 serves widths that are multiples of 64
+// but not of 48 (attention's head dimension), where 48-wide slivers would be a third padding.
+using WideTile = Tile<8, 48>;
+using AltTile = Tile<6, 64>;
 inline constexpr index_t NC = 384;  // columns per B block within a k-block (576 KiB, L2); a multiple of both NRs
+#else
+// 12 accumulators + 2 B vectors + 1 broadcast of the 16 ymm registers; one shape serves every width.
+using WideTile = Tile<6, 16>;
+using AltTile = WideTile;
+inline constexpr index_t NC = 256;  // columns per B block within a k-block (384 KiB: Zen's 512 KiB L2)
+#endif
+inline constexpr index_t MR = std::min(WideTile::MR, AltTile::MR);  // the smallest row block any tile shape takes
+inline constexpr index_t NR = std::min(WideTile::NR, AltTile::NR);  // the narrowest sliver
+inline constexpr index_t KC = 384;  // depth of a packed block: an A sliver (<= 12 KiB) stays in L1
 
 /// How a micro-tile's result meets C: C = alpha acc (+ bias and residual when given; beta 0, C not
 /// read: it may be uninitialised), C = beta C + alpha acc (first k-block), or C += alpha acc (later
@@ -56,48 +128,48 @@ enum class Update { assign, scale_add, add };
 /// first k-block's store, its activation (Act, void for none) the last one's (`last`), so the
 /// activation sees the finished sum.
 template <class Tl, class Act>
-__attribute__((always_inline)) inline void store_tile(__m512 (&acc)[Tl::MR][Tl::NV], float* c, index_t ldc,
+__attribute__((always_inline)) inline void store_tile(typename V::reg (&acc)[Tl::MR][Tl::NV], float* c, index_t ldc,
                                                       float alpha, float beta, Update up, bool last,
                                                       const ttmoe::GemmEpilogue<float>& ep, index_t mr, index_t nr) {
   constexpr index_t MR = Tl::MR, NR = Tl::NR;
   constexpr int NV = Tl::NV;
-  using V = xsimd::batch<float, xsimd::avx512f>;
-  const bool act = !std::is_void_v<Act> && last;
+    const bool act = !std::is_void_v<Act> && last;
   const float* res = up == Update::add ? nullptr : ep.residual;
   if (mr == MR && nr == NR) {
-    const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
-    __m512 bb[NV];
-    for (int v = 0; v < NV; ++v) bb[v] = ep.bias ? _mm512_loadu_ps(ep.bias + 16 * v) : _mm512_setzero_ps();
+    const typename V::reg al = V::set1(alpha), be = V::set1(beta);
+    typename V::reg bb[NV];
+    for (int v = 0; v < NV; ++v) bb[v] = ep.bias ? V::load(ep.bias + W * v) : V::zero();
     for (index_t r = 0; r < MR; ++r) {
       float* cr = c + r * ldc;
       for (int v = 0; v < NV; ++v) {
-        const __m512 x = _mm512_mul_ps(al, acc[r][v]);
-        __m512 y;
-        if (up == Update::assign) y = _mm512_add_ps(x, bb[v]);
-        else if (up == Update::scale_add) y = _mm512_fmadd_ps(be, _mm512_loadu_ps(cr + 16 * v), x);
-        else y = _mm512_add_ps(_mm512_loadu_ps(cr + 16 * v), x);
-        if (res) y = _mm512_add_ps(y, _mm512_loadu_ps(res + r * ep.ld_residual + 16 * v));
+        const typename V::reg x = V::mul(al, acc[r][v]);
+        typename V::reg y;
+        if (up == Update::assign) y = V::add(x, bb[v]);
+        else if (up == Update::scale_add) y = V::fmadd(be, V::load(cr + W * v), x);
+        else y = V::add(V::load(cr + W * v), x);
+        if (res) y = V::add(y, V::load(res + r * ep.ld_residual + W * v));
         if constexpr (!std::is_void_v<Act>) {
           if (act) {
             if (ep.act_input) {  // the activation's VJP at its input, applied to the gradient y
-              V ga;
-              Act::vjp(V(_mm512_loadu_ps(ep.act_input + r * ep.ld_act_input + 16 * v)), V(0.f), V(y), ga);
+              typename V::batch ga;
+              Act::vjp(typename V::batch(V::load(ep.act_input + r * ep.ld_act_input + W * v)), typename V::batch(0.f),
+                       typename V::batch(y), ga);
               y = ga;
             } else if (ep.activated) {  // keep the pre-activation in C, the activation beside it
-              _mm512_storeu_ps(ep.activated + r * ep.ld_activated + 16 * v, Act::apply(V(y)));
+              V::store(ep.activated + r * ep.ld_activated + W * v, Act::apply(typename V::batch(y)));
             } else {
-              y = Act::apply(V(y));
+              y = Act::apply(typename V::batch(y));
             }
           }
         }
-        _mm512_storeu_ps(cr + 16 * v, y);
+        V::store(cr + W * v, y);
       }
     }
     return;
   }
   alignas(64) float t[MR * NR];  // an edge tile: only its mr x nr corner reaches C
   for (index_t r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) _mm512_store_ps(t + r * NR + 16 * v, acc[r][v]);
+    for (int v = 0; v < NV; ++v) V::store_aligned(t + r * NR + W * v, acc[r][v]);
   for (index_t r = 0; r < mr; ++r)
     for (index_t j = 0; j < nr; ++j) {
       float& y = c[r * ldc + j];
@@ -120,35 +192,35 @@ inline void micro_kernel(index_t kc, const float* a, const float* const* rows, i
                          index_t mr, index_t nr) {
   constexpr index_t MR = Tl::MR, NR = Tl::NR;
   constexpr int NV = Tl::NV;
-  __m512 acc[MR][NV];
+  typename V::reg acc[MR][NV];
 #pragma GCC unroll 8
   for (index_t r = 0; r < MR; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int v = 0; v < NV; ++v) acc[r][v] = V::zero();
   if (!rows) {
     for (index_t k = 0; k < kc; ++k) {
-      __m512 bv[NV];
+      typename V::reg bv[NV];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
+      for (int v = 0; v < NV; ++v) bv[v] = V::load(b + W * v);
 #pragma GCC unroll 8
       for (index_t r = 0; r < MR; ++r) {
-        const __m512 av = _mm512_set1_ps(a[r]);
+        const typename V::reg av = V::set1(a[r]);
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+        for (int v = 0; v < NV; ++v) acc[r][v] = V::fmadd(av, bv[v], acc[r][v]);
       }
       a += MR;
       b += NR;
     }
   } else {
     for (index_t k = 0, off = 0; k < kc; ++k, off += a_k) {
-      __m512 bv[NV];
+      typename V::reg bv[NV];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
+      for (int v = 0; v < NV; ++v) bv[v] = V::load(b + W * v);
 #pragma GCC unroll 8
       for (index_t r = 0; r < MR; ++r) {
-        const __m512 av = _mm512_set1_ps(rows[r][off]);
+        const typename V::reg av = V::set1(rows[r][off]);
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+        for (int v = 0; v < NV; ++v) acc[r][v] = V::fmadd(av, bv[v], acc[r][v]);
       }
       b += NR;
     }
@@ -196,21 +268,13 @@ inline void pack_b(bool tb, const float* B, index_t ldb, index_t k0, index_t kc,
         std::memcpy(o + k * NR, src, std::size_t(w) * sizeof(float));
         for (index_t c = w; c < NR; ++c) o[k * NR + c] = 0.f;
       }
-    } else {  // op(B)(k, n) = B[n, k]: per k, gather one value from each of 16 rows of B per vector
+    } else {  // op(B)(k, n) = B[n, k]: per k, gather one value from each of W rows of B per vector
       const float* base = B + (n0 + j) * ldb + k0;
-      __m512i idx[NV];
-      __mmask16 live[NV];
-      for (int v = 0; v < NV; ++v) {
-        const index_t c0 = 16 * index_t(v);
-        idx[v] = _mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(int(c0)),
-                                                     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
-                                    _mm512_set1_epi32(int(ldb)));
-        live[v] = w >= c0 + 16 ? __mmask16(0xFFFF) : w <= c0 ? __mmask16(0) : __mmask16((1u << (w - c0)) - 1u);
-      }
+      const std::array<typename V::ColumnGather, NV> cols = [&]<int... v>(std::integer_sequence<int, v...>) {
+        return std::array<typename V::ColumnGather, NV>{typename V::ColumnGather(W * v, w - W * v, ldb)...};
+      }(std::make_integer_sequence<int, NV>{});
       for (index_t k = 0; k < kc; ++k)
-        for (int v = 0; v < NV; ++v)
-          _mm512_storeu_ps(o + k * NR + 16 * v,
-                           _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live[v], idx[v], base + k, 4));
+        for (int v = 0; v < NV; ++v) V::store(o + k * NR + W * v, cols[std::size_t(v)].load(base + k));
     }
   }
 }
@@ -352,12 +416,15 @@ inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float 
 template <class Act = void>
 inline void gemm(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A, index_t lda,
                  const float* B, index_t ldb, float beta, float* C, index_t ldc, const ttmoe::GemmEpilogue<float>& ep = {}) {
-  if (N % Tile6x64::NR == 0 && N % Tile8x48::NR != 0)
-    gemm_tiled<Tile6x64, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
-  else
-    gemm_tiled<Tile8x48, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+  if constexpr (!std::is_same_v<AltTile, WideTile>) {
+    if (N % AltTile::NR == 0 && N % WideTile::NR != 0) {
+      gemm_tiled<AltTile, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+      return;
+    }
+  }
+  gemm_tiled<WideTile, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
 }
 
-}  // namespace ttmoe::cpu_backend::avx512
+}  // namespace ttmoe::cpu_backend::packed
 
-#endif  // __AVX512F__
+#endif  // __AVX512F__ || (__AVX2__ && __FMA__)
