@@ -2,8 +2,9 @@
 // Benchmark; bench/figures.py turns its JSON into bench/report's figures). Sizes: 768^3 and a ViT-B
 // MLP layer, [1576 x 768] @ [768 x 3072]; benchmarks gemm/<size> and openblas/<size>, counter flops.
 // Threads: $TTMOE_BENCH_THREADS for both libraries. `--corename` prints OpenBLAS's kernel set instead.
-// Built three ways by bench/CMakeLists.txt: the default Eigen path with -march=native, the CBLAS path
-// (TTMOE_USE_CBLAS), and the Eigen path compiled for AVX2 only.
+// Built three ways by bench/CMakeLists.txt: the default path with -march=native (ttmoe's packed kernel,
+// backend/cpu/gemm_packed.hpp, on AVX-512 and AVX2+FMA machines), the CBLAS path (TTMOE_USE_CBLAS),
+// and the default path compiled for AVX2+FMA only (the packed kernel's AVX2 tiles).
 #include <ttmoe/ttmoe.hpp>
 
 #include <cblas.h>
