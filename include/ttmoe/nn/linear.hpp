@@ -2,16 +2,13 @@
 // nn.Linear: y = x W^T + b with W stored [out, in] (torch layout, so checkpoints load unchanged).
 // One GEMM over all leading dims of x with the bias fused in (ops/linear.hpp). An optional unmerged
 // low-rank update (LoRA adapters, models/peft_adapter.hpp) adds two thin GEMMs, its sum riding on
-// the second GEMM's store; at a few rows with nothing recording (decode) it takes the fused pass of
-// nn/low_rank_apply.hpp instead, which streams both factors once.
+// the second GEMM's store.
 
 #include <cstdint>
-#include <type_traits>
 
 #include "ttmoe/expr/expr.hpp"
 #include "ttmoe/nn/callable.hpp"
 #include "ttmoe/nn/init.hpp"
-#include "ttmoe/nn/low_rank_apply.hpp"
 #include "ttmoe/ops/linear.hpp"
 
 namespace ttmoe::nn {
@@ -67,16 +64,6 @@ struct Linear : Callable<Linear<T, D>> {
   template <class S>
   Tensor<T, DynShape<S::rank>, D> with_delta(const Tensor<T, S, D>& x, Tensor<T, DynShape<S::rank>, D> y) const {
     if (!delta_A.defined()) return y;
-    if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
-      const index_t K = x.extent(S::rank - 1), M = K == 0 ? 0 : x.numel() / K;
-      // y is this call's fresh output, so updating it in place is safe once nothing records.
-      if (M <= kFusedLowRankMaxRows && delta_A.extent(1) == K && delta_B.extent(1) == delta_A.extent(0) &&
-          delta_B.extent(0) == y.extent(S::rank - 1) && !should_record(x, delta_A, delta_B, y)) {
-        fused_low_rank_apply(x.data(), M, K, delta_A.data(), delta_A.extent(0), delta_B.data(), delta_B.extent(0),
-                             y.data());
-        return y;
-      }
-    }
     const Tensor<T, DynShape<1>, D> none;
     return linear(linear(x, delta_A, none), delta_B, none, y);
   }
