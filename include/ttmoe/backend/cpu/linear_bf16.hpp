@@ -23,7 +23,7 @@
 #include "ttmoe/core/error.hpp"
 #include "ttmoe/core/tensor.hpp"
 
-namespace ttmoe::cpu_kernels {
+namespace ttmoe::cpu_backend {
 
 /// y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]) for r < rows; x [rows, w.cols],
 /// y and residual [rows, w.rows]; bias and residual may be null.
@@ -89,7 +89,7 @@ inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, c
   });
 }
 
-}  // namespace ttmoe::cpu_kernels
+}  // namespace ttmoe::cpu_backend
 
 namespace ttmoe {
 
@@ -110,7 +110,7 @@ Tensor<float, DynShape<S::rank>, cpu> linear_bf16(const Tensor<float, S, cpu>& x
   if (residual && residual->numel() != y.numel())
     throw ShapeError("linear_bf16: residual " + residual->shape().to_string() + " does not match the output " +
                      y.shape().to_string());
-  cpu_kernels::linear_bf16(x.data(), x.numel() / w.cols, w, bias.defined() ? bias.data() : nullptr,
+  cpu_backend::linear_bf16(x.data(), x.numel() / w.cols, w, bias.defined() ? bias.data() : nullptr,
                            residual ? residual->data() : nullptr, y.data());
   return y;
 }
