@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -25,13 +24,55 @@
 
 namespace ttmoe::cpu_backend {
 
+namespace detail {
+
+/// A 32-bit word that may alias the uint16 BF16 storage.
+using AliasedWord = std::uint32_t __attribute__((may_alias));
+
+/// Dot products of one BF16 weight row `wr` (2 * half values) with NR split activation rows
+/// (`xs[i]`: half even then half odd floats); NR is a template parameter so the accumulators stay
+/// in registers.
+template <index_t NR>
+inline void bf16_row_dots(const std::uint16_t* wr, index_t half, const float* const* xs, float* sums) {
+  using fbatch = xsimd::batch<float>;
+  using ubatch = xsimd::batch<std::uint32_t>;
+  constexpr index_t L = fbatch::size;
+  // Two words per step, four accumulators per row: enough independent FMA chains to hide the
+  // FMA latency at batch 1.
+  fbatch acc[NR][4];
+  for (index_t i = 0; i < NR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = fbatch(0.f);
+  const ubatch hi_mask(0xFFFF0000u);
+  auto step = [&](index_t kk, int slot) {
+    // A direct unaligned load (W rows need only 2-byte alignment): a memcpy to the stack first
+    // costs a store-forwarding stall per vector.
+    const ubatch wv = ubatch::load_unaligned(reinterpret_cast<const AliasedWord*>(wr + 2 * kk));
+    const fbatch even = xsimd::bitwise_cast<fbatch>(wv << 16);
+    const fbatch odd = xsimd::bitwise_cast<fbatch>(wv & hi_mask);
+    for (index_t i = 0; i < NR; ++i) {
+      acc[i][slot] = xsimd::fma(even, fbatch::load_unaligned(xs[i] + kk), acc[i][slot]);
+      acc[i][slot + 1] = xsimd::fma(odd, fbatch::load_unaligned(xs[i] + half + kk), acc[i][slot + 1]);
+    }
+  };
+  index_t k = 0;
+  for (; k + 2 * L <= half; k += 2 * L) {
+    step(k, 0);
+    step(k + L, 2);
+  }
+  for (; k + L <= half; k += L) step(k, 0);
+  for (index_t i = 0; i < NR; ++i) {
+    float s = xsimd::hadd((acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3]));
+    for (index_t j = k; j < half; ++j)
+      s += xs[i][j] * io::bf16_to_float(wr[2 * j]) + xs[i][half + j] * io::bf16_to_float(wr[2 * j + 1]);
+    sums[i] = s;
+  }
+}
+
+}  // namespace detail
+
 /// y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]) for r < rows; x [rows, w.cols],
 /// y and residual [rows, w.rows]; bias and residual may be null.
 inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
                         float* y) {
-  using fbatch = xsimd::batch<float>;
-  using ubatch = xsimd::batch<std::uint32_t>;
-  constexpr index_t L = fbatch::size;
   constexpr index_t kRowsPerPass = 4;
   const index_t in = w.cols, out = w.rows, half = in / 2;
   const bool paired = in % 2 == 0;
@@ -48,7 +89,7 @@ inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, c
     if (residual) acc += residual[r * out + o];
     y[r * out + o] = acc;
   };
-  cpu_backend::parallel_for(out, 16, [&](index_t o0, index_t o1) {
+  parallel_for(out, 16, [&](index_t o0, index_t o1) {
     for (index_t o = o0; o < o1; ++o) {
       const std::uint16_t* wr = w.bits + o * in;
       if (!paired) {
@@ -61,29 +102,16 @@ inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, c
       }
       for (index_t r0 = 0; r0 < rows; r0 += kRowsPerPass) {
         const index_t nr = std::min(kRowsPerPass, rows - r0);
-        fbatch acc[kRowsPerPass][2];
-        for (auto& a : acc) a[0] = a[1] = fbatch(0.f);
-        const ubatch hi_mask(0xFFFF0000u);
-        index_t k = 0;
-        for (; k + L <= half; k += L) {
-          std::uint32_t words[L];
-          std::memcpy(words, wr + 2 * k, sizeof(words));  // W rows need only 2-byte alignment
-          const ubatch wv = ubatch::load_unaligned(words);
-          const fbatch even = xsimd::bitwise_cast<fbatch>(wv << 16);
-          const fbatch odd = xsimd::bitwise_cast<fbatch>(wv & hi_mask);
-          for (index_t i = 0; i < nr; ++i) {
-            const float* xs = split.data() + (r0 + i) * in;
-            acc[i][0] = xsimd::fma(even, fbatch::load_unaligned(xs + k), acc[i][0]);
-            acc[i][1] = xsimd::fma(odd, fbatch::load_unaligned(xs + half + k), acc[i][1]);
-          }
+        const float* xs[kRowsPerPass];
+        for (index_t i = 0; i < nr; ++i) xs[i] = split.data() + (r0 + i) * in;
+        float sums[kRowsPerPass];
+        switch (nr) {
+          case 1: detail::bf16_row_dots<1>(wr, half, xs, sums); break;
+          case 2: detail::bf16_row_dots<2>(wr, half, xs, sums); break;
+          case 3: detail::bf16_row_dots<3>(wr, half, xs, sums); break;
+          default: detail::bf16_row_dots<4>(wr, half, xs, sums); break;
         }
-        for (index_t i = 0; i < nr; ++i) {
-          const float* xs = split.data() + (r0 + i) * in;
-          float s = xsimd::hadd(acc[i][0] + acc[i][1]);
-          for (index_t j = k; j < half; ++j)
-            s += xs[j] * io::bf16_to_float(wr[2 * j]) + xs[half + j] * io::bf16_to_float(wr[2 * j + 1]);
-          finish(r0 + i, o, s);
-        }
+        for (index_t i = 0; i < nr; ++i) finish(r0 + i, o, sums[i]);
       }
     }
   });
