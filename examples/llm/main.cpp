@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"merged", "unmerged"}))
         ->capture_default_str();
     c->add_option("--weights", choice.weights,
-                  "keep the Linear weights as f32, or as bf16 (half the memory, faster decode; "
+                  "keep the Linear weights as f32, or as bf16 (half the weight memory; "
                   "F32 accumulation; adapters then run unmerged)")
         ->check(CLI::IsMember({"f32", "bf16"}))
         ->capture_default_str();
