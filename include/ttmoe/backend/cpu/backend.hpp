@@ -7,6 +7,7 @@
 #include "ttmoe/backend/cpu/elementwise.hpp"
 #include "ttmoe/backend/cpu/gemm.hpp"
 #include "ttmoe/backend/cpu/indexing.hpp"
+#include "ttmoe/backend/cpu/linear_bf16.hpp"
 #include "ttmoe/backend/cpu/norm.hpp"
 #include "ttmoe/backend/cpu/reduce.hpp"
 #include "ttmoe/core/device.hpp"
