@@ -84,6 +84,7 @@ struct Loaded {
 struct ModelChoice {
   std::optional<std::string> model;  ///< --model
   std::optional<std::string> cache;  ///< --cache (where the default model lives)
+  std::string weights = "f32";       ///< --weights: f32, or bf16 (Linear weights kept BF16, inference only)
 };
 
 /// The model folder to load and whether it is the cached default (trained here if not there yet).
@@ -96,7 +97,7 @@ std::unique_ptr<Loaded> load(const ModelChoice& choice, const LoraArgs& lora) {
   const auto [dir, is_default] = resolve(choice);
   auto l = std::make_unique<Loaded>();
   try {
-    l->model = models::load_llama<float>(dir);
+    l->model = models::load_llama<float>(dir, models::parse_weight_precision(choice.weights));
     l->tokenizer = text::load_tokenizer(dir);
     if (l->tokenizer->vocab_size() > std::size_t(l->model.config.vocab_size))
       throw ValueError(dir + ": the tokenizer has " + std::to_string(l->tokenizer->vocab_size()) +
@@ -215,6 +216,11 @@ int main(int argc, char** argv) {
     c->add_option("--lora", lora.specs, "PEFT adapter folder, optionally :SCALE (repeatable; default scale 1)");
     c->add_option("--lora-mode", lora.mode, "merge the adapters into the weights, or run them beside them")
         ->check(CLI::IsMember({"merged", "unmerged"}))
+        ->capture_default_str();
+    c->add_option("--weights", choice.weights,
+                  "keep the Linear weights as f32, or as bf16 (half the weight memory; "
+                  "F32 accumulation; adapters then run unmerged)")
+        ->check(CLI::IsMember({"f32", "bf16"}))
         ->capture_default_str();
   };
   CLI::App* g = app.add_subcommand("generate", "continue a prompt, streaming the text");

@@ -12,6 +12,7 @@
 #include "ttmoe/core/tensor.hpp"
 #include "ttmoe/expr/expr.hpp"
 #include "ttmoe/ops/attention.hpp"
+#include "ttmoe/ops/causal_attention.hpp"
 #include "ttmoe/ops/indexing.hpp"
 #include "ttmoe/ops/layer_norm.hpp"
 #include "ttmoe/ops/linear.hpp"

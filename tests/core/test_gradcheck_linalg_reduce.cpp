@@ -85,6 +85,33 @@ GRADCHECK_CASE("fused_qkv_attention") {
                  return o + q * 0.5;
                });
 }
+GRADCHECK_CASE("causal_gqa_attention") {
+  // q [B,H,T,hd], k [B,KV,T,hd], v [B,T,KV*hd] -> [B,T,H*hd]; query head h reads kv head h / (H / KV).
+  auto shapes = [](index_t H, index_t KV, index_t t) {
+    return [=](Rng& r) {
+      const index_t b = r.ext(1, 2), tn = t ? t : r.ext(1, 5), hd = r.ext(1, 3);
+      return Shapes{{b, H, tn, hd}, {b, KV, tn, hd}, {b, tn, KV * hd}};
+    };
+  };
+  auto attn = [](double scale) {
+    return [=](const Inputs& in) -> Output {
+      return causal_gqa_attention(in.get<4>(0), in.get<4>(1), in.get<3>(2), scale);
+    };
+  };
+  return Case()
+      .variant("4 heads sharing 2 kv heads", shapes(4, 2, 0), attn(0.7))
+      .variant("3 heads, 1 kv head (multi-query)", shapes(3, 1, 0), attn(0.5))
+      .variant("T = 1 (one key, probability 1)", shapes(2, 2, 1), attn(0.9))
+      .variant("k and v also feed a residual (their gradients accumulate)", shapes(2, 2, 0),
+               [](const Inputs& in) -> Output {
+                 const auto& k = in.get<4>(1);
+                 const auto& v = in.get<3>(2);
+                 auto o = causal_gqa_attention(in.get<4>(0), k, v, 0.6);  // recorded first: its VJP adds (beta 1)
+                 Tensor<double, DynShape<3>> k_rows =
+                     permute<0, 2, 1, 3>(k).reshape(DynShape<3>(k.extent(0), k.extent(2), 2 * k.extent(3)));
+                 return o * tanh(o) + v * 0.5 + k_rows * 0.25;
+               });
+}
 GRADCHECK_CASE("matmul batched") {
   Case c;
   c.variants.push_back(batched<false, false>("[b,M,K] @ [b,K,N]"));

@@ -569,6 +569,29 @@ TEST_CASE("lora training memory: a frozen weight keeps no input, the low-rank br
   CHECK(kept(true, true) == y_bytes + x_bytes);   // both need x: still one buffer, shared
 }
 
+TEST_CASE("lora training memory: causal attention keeps q, k and v, not the probabilities", "[llm][lora][memory]") {
+  // q [1, 8, 512, 64], k [1, 2, 512, 64], v [1, 512, 128] held by the caller; the op's output
+  // [1, 512, 512] is the only new buffer the tape may hold. The probabilities (8 x 512 x 512 floats,
+  // 8 MiB) and repeated k / v heads are not kept: the backward recomputes them.
+  auto& pool = cpu::memory_pool();
+  auto q = Tensor<float, DynShape<4>>::full(DynShape<4>(1, 8, 512, 64), 0.01f);
+  auto k = Tensor<float, DynShape<4>>::full(DynShape<4>(1, 2, 512, 64), 0.02f);
+  auto v = Tensor<float, DynShape<3>>::full(DynShape<3>(1, 512, 128), 0.03f);
+  q.set_requires_grad();
+  k.set_requires_grad();
+  v.set_requires_grad();
+  autograd::Tape tape;
+  const std::size_t before = pool.stats().in_use_bytes;
+  auto out = causal_gqa_attention(q, k, v, 0.125f);
+  CHECK(pool.stats().in_use_bytes - before == std::size_t(512 * 512 * 4));
+  autograd::backward(tape, sum_all(out));
+  // Equal keys: each query's output is the mean of the values it sees, here the constant 0.03.
+  const auto o = out.to_vector();
+  CHECK(o.front() == Approx(0.03f));
+  CHECK(o.back() == Approx(0.03f));
+  CHECK(v.grad().to_vector()[0] > 0.f);
+}
+
 TEST_CASE("lora training memory: a frozen base keeps no more than a trainable one, per layer", "[llm][lora][memory]") {
   // A model wide enough that every activation is pooled: the tape's bytes with the base frozen
   // (LoRA training) against the same forward with every base weight trainable as well.

@@ -3,7 +3,9 @@
 # anything (ASan, LeakSanitizer or UBSan), in a failing or a passing test.
 #   cmake -DSOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... [-DCXX_COMPILER=...] [-DMAKE_PROGRAM=...]
 #         [-DJOBS=2] -P sanitizers.cmake
-# The build folder is kept between runs (incremental rebuilds).
+# The build folder is kept between runs (incremental rebuilds). With TTMOE_SANITIZE each suite is a unity
+# build (one TU per suite, tests/CMakeLists.txt): at -O0 under ASan+UBSan a suite's TUs otherwise each
+# emit and instrument the same inline functions and templates (test_data 26 instead of 50 CPU-s).
 set(PACKAGING_TEST sanitizers)
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 if(NOT JOBS)

@@ -42,7 +42,8 @@ enum class Suite { core, moe };
 inline const std::set<std::string> kCoreNodeNames = {
     "matmul",  "sum",   "max",     "min",     "variance", "logsumexp",    "softmax",           "log_softmax",
     "index_select", "gather", "scatter_add", "concat", "narrow", "permute", "topk", "slice", "reshape", "clone",
-    "fused_elementwise", "linear", "linear_residual", "fused_mlp", "fused_qkv_attention", "layer_norm"};
+    "fused_elementwise", "linear", "linear_residual", "fused_mlp", "fused_qkv_attention", "causal_gqa_attention",
+    "layer_norm"};
 /// Tape nodes recorded by include/ttmoe/moe/ code (test_moe_gradcheck's cases must check them).
 inline const std::set<std::string> kMoeNodeNames = {"grouped_layernorm"};
 /// Recorded but never differentiated: argmax / argmin go through the same reduction as max / min

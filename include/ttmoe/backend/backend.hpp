@@ -96,6 +96,17 @@ concept FusedAttentionBackend = requires(const T* c, T* m, index_t n, T s) {
   Backend<D>::qkv_attention_backward(c, c, c, n, n, n, n, s, s, m);
 };
 
+/// Option: fused causal grouped-query attention (the Llama form) over q [B, H, T, hd], k [B, KV, T, hd]
+/// and v [B, T, KV hd] into [B, T, H hd] (`causal_gqa_attention_forward(q, k, v, B, H, KV, T, hd, scale,
+/// out)`, `causal_gqa_attention_backward(g, q, k, v, B, H, KV, T, hd, scale, dq, beta_q, dk, beta_k, dv,
+/// beta_v)`, a null d* meaning not wanted). Backends without it get ops/causal_attention.hpp's
+/// composition (repeated kv heads, batched GEMMs, an additive mask and a softmax), with the same results.
+template <class D, class T>
+concept FusedCausalAttentionBackend = requires(const T* c, T* m, index_t n, T s) {
+  Backend<D>::causal_gqa_attention_forward(c, c, c, n, n, n, n, n, s, m);
+  Backend<D>::causal_gqa_attention_backward(c, c, c, c, n, n, n, n, n, s, m, s, m, s, m, s);
+};
+
 /// Option: a GEMM that finishes its output with a GemmEpilogue (bias, residual, activation Act or its
 /// VJP as it stores; `gemm_epilogue<Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc, ep)`, Act =
 /// void for none). Backends without it get ops/linear.hpp's composition of separate ops.

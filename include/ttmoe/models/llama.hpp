@@ -115,6 +115,7 @@ struct LlamaForCausalLM {
   /// LM head over hidden states of any rank [..., hidden] -> [..., vocab].
   template <class S>
   Tensor<T, DynShape<S::rank>, D> logits(const Tensor<T, S, D>& h) const {
+    if (!config.tie_word_embeddings && lm_head.weight_bf16.defined()) return lm_head(h);  // BF16-resident head
     return linear(h, head_weight(), Tensor<T, DynShape<1>, D>{});
   }
 

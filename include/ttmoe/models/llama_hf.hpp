@@ -11,12 +11,14 @@
 
 #include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/models/llama.hpp"
+#include "ttmoe/models/llama_bf16.hpp"
 
 namespace ttmoe::models {
 
-/// Loads config.json and the weights of the HF folder `dir` into a new model.
+/// Loads config.json and the weights of the HF folder `dir` into a new model; with
+/// WeightPrecision::bf16 the Linear weights are then kept as BF16 (inference only, llama_bf16.hpp).
 template <class T = float, class D = cpu>
-LlamaForCausalLM<T, D> load_llama(const std::filesystem::path& dir) {
+LlamaForCausalLM<T, D> load_llama(const std::filesystem::path& dir, WeightPrecision weights = WeightPrecision::f32) {
   const auto config = LlamaConfig::load(dir / "config.json");
   LlamaForCausalLM<T, D> m(config);
   nn::LoadOptions opt;
@@ -33,6 +35,7 @@ LlamaForCausalLM<T, D> load_llama(const std::filesystem::path& dir) {
     throw io::SafetensorsError(io::ErrorKind::Io, dir.string(),
                                "no model.safetensors or model.safetensors.index.json in the folder");
   }
+  if (weights == WeightPrecision::bf16) keep_linear_weights_bf16(m);
   return m;
 }
 

@@ -68,6 +68,9 @@ PeftAdapter<T, D> make_lora_adapter(LlamaForCausalLM<T, D>& m, const LoraAdapter
   std::mt19937_64 rng(seed);
   for (const auto& [name, lin] : adaptable_linears(m)) {
     if (!config.targets(name)) continue;
+    if (lin->weight_bf16.defined())  // LoRA training needs the F32 weight on the tape
+      throw ValueError("make_lora_adapter: module '" + name +
+                       "' keeps its weight as BF16 (inference only); load the model with WeightPrecision::f32");
     auto l = moe::LoRALinear<T, D>::wrap(lin->weight, lin->bias, config.rank_for(name), config.alpha_for(name), rng);
     auto& mod = a.modules[name];
     mod.lora_A = l.lora_A;
@@ -119,11 +122,12 @@ std::map<std::string, StackedModule<T, D>> stack_adapters(LlamaForCausalLM<T, D>
         problems.push_back(from + "unknown module '" + name + "' (the model has no adaptable Linear of that name)");
         continue;
       }
-      const auto& W = it->second->weight;
-      if (mod.lora_A.weight.extent(1) != W.extent(1) || mod.lora_B.weight.extent(0) != W.extent(0) ||
+      const auto& W = *it->second;  // in/out features whether the weight is F32 or BF16-resident
+      if (mod.lora_A.weight.extent(1) != W.in_features() || mod.lora_B.weight.extent(0) != W.out_features() ||
           mod.lora_B.weight.extent(1) != mod.rank())
         problems.push_back(from + "module '" + name + "': lora_A " + shape(mod.lora_A.weight) + " and lora_B " +
-                           shape(mod.lora_B.weight) + " do not fit the weight [out, in] = " + shape(W));
+                           shape(mod.lora_B.weight) + " do not fit the weight [out, in] = [" +
+                           std::to_string(W.out_features()) + ", " + std::to_string(W.in_features()) + "]");
       else
         per_module[name].emplace_back(&mod, wa.weight);
     }
@@ -156,6 +160,13 @@ class AttachedAdapters {
   AttachedAdapters(LlamaForCausalLM<T, D>& m, const std::vector<WeightedAdapter<T, D>>& adapters, LoraMode mode)
       : mode_(mode) {
     auto stacked = stack_adapters(m, adapters);  // checks everything before changing anything
+    // A BF16-resident weight is read-only (it may alias the checkpoint): adapters act unmerged on it.
+    if (mode == LoraMode::merged)
+      for (const auto& [name, sm] : stacked)
+        if (sm.linear->weight_bf16.defined())
+          throw ValueError("AttachedAdapters: module '" + name +
+                           "' keeps its weight as BF16 (inference only); merged LoRA needs F32 weights, "
+                           "use LoraMode::unmerged or load with WeightPrecision::f32");
     autograd::NoGrad ng;
     for (auto& [name, sm] : stacked) {
       nn::Linear<T, D>& lin = *sm.linear;

@@ -2,10 +2,16 @@
 // nn.Linear: y = x W^T + b with W stored [out, in] (torch layout, so checkpoints load unchanged).
 // One GEMM over all leading dims of x with the bias fused in (ops/linear.hpp). An optional unmerged
 // low-rank update (LoRA adapters, models/peft_adapter.hpp) adds two thin GEMMs, its sum riding on
-// the second GEMM's store.
+// the second GEMM's store. An inference-only layer may instead hold its weight as BF16
+// (`weight_bf16`, issue #14; kernel in backend/cpu/linear_bf16.hpp, found by argument-dependent
+// lookup so this header stays device-generic): F32 activations, F32 accumulation, half the bytes.
 
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
+#include "ttmoe/io/bf16_matrix.hpp"
+#include "ttmoe/core/recording.hpp"
 #include "ttmoe/expr/expr.hpp"
 #include "ttmoe/nn/callable.hpp"
 #include "ttmoe/nn/init.hpp"
@@ -22,6 +28,9 @@ struct Linear : Callable<Linear<T, D>> {
   /// [R, in] (adapter scales folded in) and delta_B [out, R], e.g. moe::stack_lora's factors of
   /// several adapters at once. Not a parameter of the layer (adapters are saved apart from it).
   Tensor<T, DynShape<2>, D> delta_A, delta_B;
+  /// Inference-only BF16 copy of the weight [out, in]; when defined, `weight` is undefined and
+  /// forward() runs the BF16 kernel (CPU, float). Recording such a layer on a tape is an error.
+  io::Bf16Matrix weight_bf16;
 
   Linear() = default;
   /// Kaiming-uniform init like torch (bound 1/sqrt(in) for weight and bias); parameters trainable.
@@ -37,17 +46,33 @@ struct Linear : Callable<Linear<T, D>> {
     }
   }
 
-  index_t in_features() const { return weight.extent(1); }
-  index_t out_features() const { return weight.extent(0); }
+  index_t in_features() const { return weight_bf16.defined() ? weight_bf16.cols : weight.extent(1); }
+  index_t out_features() const { return weight_bf16.defined() ? weight_bf16.rows : weight.extent(0); }
+
+  /// Replaces the F32 weight by its BF16 rounding (round-to-nearest-even) and frees it; the
+  /// layer is inference-only from then on. `name` labels the layer in later errors.
+  void keep_weight_bf16(std::string name) {
+    if (weight_bf16.defined()) return;
+    if (!weight.defined()) throw ValueError("nn::Linear " + name + ": no weight to keep as BF16");
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
+      weight_bf16 = io::Bf16Matrix::from_floats(weight.data(), weight.extent(0), weight.extent(1));
+      weight = Tensor<T, DynShape<2>, D>{};
+      bf16_name_ = std::move(name);
+    } else {
+      throw ValueError("nn::Linear " + name + ": BF16-resident weights need float on the CPU");
+    }
+  }
 
   /// x [..., in] -> [..., out] (rank >= 2).
   template <class S>
   Tensor<T, DynShape<S::rank>, D> forward(const Tensor<T, S, D>& x) const {
+    if (weight_bf16.defined()) return with_delta(x, bf16_forward(x, static_cast<const Tensor<T, DynShape<1>, D>*>(nullptr)));
     return with_delta(x, linear(x, weight, bias));
   }
   /// residual + x W^T + b: the residual (the output's shape) is added as the GEMM stores.
   template <class S, class R>
   Tensor<T, DynShape<S::rank>, D> forward(const Tensor<T, S, D>& x, const Tensor<T, R, D>& residual) const {
+    if (weight_bf16.defined()) return with_delta(x, bf16_forward(x, &residual));
     return with_delta(x, linear(x, weight, bias, residual));
   }
   /// Whether a low-rank update is attached.
@@ -60,6 +85,22 @@ struct Linear : Callable<Linear<T, D>> {
   }
 
  private:
+  std::string bf16_name_;  ///< the layer's name in BF16 errors
+
+  /// The BF16 path: inference only, float on the CPU.
+  template <class S, class R>
+  Tensor<T, DynShape<S::rank>, D> bf16_forward(const Tensor<T, S, D>& x, const Tensor<T, R, D>* residual) const {
+    if (autograd::is_recording())
+      throw ValueError("nn::Linear " + bf16_name_ +
+                       ": the weight is BF16-resident (inference only); training or autograd needs the F32 weight "
+                       "(load with WeightPrecision::f32)");
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
+      return linear_bf16(x, weight_bf16, bias, residual);
+    } else {
+      throw ValueError("nn::Linear " + bf16_name_ + ": BF16-resident weights need float on the CPU");
+    }
+  }
+
   /// y + (x delta_A^T) delta_B^T, or y when no update is attached.
   template <class S>
   Tensor<T, DynShape<S::rank>, D> with_delta(const Tensor<T, S, D>& x, Tensor<T, DynShape<S::rank>, D> y) const {

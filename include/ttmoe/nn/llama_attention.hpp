@@ -2,8 +2,9 @@
 // Hugging Face Llama / Qwen2 attention: separate q/k/v/o projections (optional biases: Qwen2 has q/k/v
 // bias, Llama's attention_bias puts one on all four), grouped-query attention (query head h reads kv
 // head h / (H / KV), i.e. repeat_interleave), RoPE on q and k (plain or llama3-scaled frequencies),
-// causal mask, head_dim independent of dim / heads. repeat_kv is one index_select over [B*KV] rows,
-// so the kv gradient sums over the sharing heads. forward_cached is the inference path over a KV cache.
+// causal mask, head_dim independent of dim / heads. The attention core is one recorded op
+// (ops/causal_attention.hpp: on the CPU it reads shared kv heads in place and recomputes the
+// probabilities in the backward). forward_cached is the inference path over a KV cache.
 
 #include <cmath>
 #include <cstdint>
@@ -12,7 +13,7 @@
 #include "ttmoe/nn/kv_cache.hpp"
 #include "ttmoe/nn/linear.hpp"
 #include "ttmoe/nn/rope.hpp"
-#include "ttmoe/nn/sdpa.hpp"
+#include "ttmoe/ops/causal_attention.hpp"
 #include "ttmoe/ops/indexing.hpp"
 
 namespace ttmoe::nn {
@@ -56,15 +57,8 @@ struct LlamaAttention {
   template <class S, class SI>
   Tensor<T, DynShape<3>, D> forward(const Tensor<T, S, D>& x, const IndexTensor<SI, D>& positions) const {
     static_assert(S::rank == 3, "LlamaAttention: x is [B, T, D]");
-    const index_t B = x.extent(0), Tn = x.extent(1), H = num_heads, hd = head_dim;
     auto [q, k, v] = project(x, positions);
-    const auto shp = DynShape<3>(B * H, Tn, hd);
-    Tensor<T, DynShape<3>, D> q3 = q.reshape(shp);
-    Tensor<T, DynShape<3>, D> k3 = repeat_kv(k).reshape(shp);
-    Tensor<T, DynShape<3>, D> v3 = repeat_kv(heads(v, num_kv_heads)).reshape(shp);
-    auto o = scaled_dot_product_attention(q3, k3, v3, static_cast<T>(1.0 / std::sqrt(double(hd))), true);
-    auto merged = permute<0, 2, 1, 3>(o.reshape(DynShape<4>(B, H, Tn, hd))).reshape(DynShape<3>(B, Tn, H * hd));
-    return o_proj(merged);
+    return o_proj(causal_gqa_attention(q, k, v, static_cast<T>(1.0 / std::sqrt(double(head_dim)))));
   }
   template <class S, class SI>
   auto operator()(const Tensor<T, S, D>& x, const IndexTensor<SI, D>& positions) const {
@@ -82,16 +76,6 @@ struct LlamaAttention {
     kv_cache_attention(cache, layer, q.data(), k.data(), v.data(), merged.data(), H, Tn,
                        static_cast<T>(1.0 / std::sqrt(double(hd))));
     return o_proj(merged);
-  }
-
-  /// [B, KV, T, hd] -> [B*H, T*hd]: row b*H + h is kv row b*KV + h / (H / KV).
-  Tensor<T, DynShape<2>, D> repeat_kv(const Tensor<T, DynShape<4>, D>& kv) const {
-    const index_t B = kv.extent(0), Tn = kv.extent(2), H = num_heads, KV = num_kv_heads, g = H / KV;
-    std::vector<std::int64_t> idx(static_cast<std::size_t>(B * H));
-    for (index_t b = 0; b < B; ++b)
-      for (index_t h = 0; h < H; ++h) idx[std::size_t(b * H + h)] = b * KV + h / g;
-    auto it = IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(B * H), std::span<const std::int64_t>(idx));
-    return index_select(kv.reshape(DynShape<2>(B * KV, Tn * head_dim)), it);
   }
 
   template <class V>

@@ -1,26 +1,16 @@
 #pragma once
 // Scaled dot-product attention over a folded batch [BH, T, hd]: two batched GEMMs and a softmax,
-// all differentiable through the core ops. The causal mask is an additive constant (0 / -inf), so
-// masked probabilities are exactly 0 and receive exactly 0 gradient.
-
-#include <limits>
-#include <vector>
+// all differentiable through the core ops. This is the general form: keys may outnumber queries and
+// the mask is optional. Llama's attention uses the fused op of ops/causal_attention.hpp instead. The
+// causal mask is an additive constant (0 / -inf), so masked probabilities are exactly 0 and receive
+// exactly 0 gradient.
 
 #include "ttmoe/expr/expr.hpp"
+#include "ttmoe/ops/causal_attention.hpp"  // causal_mask
 #include "ttmoe/ops/matmul.hpp"
 #include "ttmoe/ops/reduce.hpp"
 
 namespace ttmoe::nn {
-
-/// [T, S] additive causal mask: key j is hidden from query i when j > i + (S - T) (queries are the
-/// last T of S positions, as with a key/value cache).
-template <class T, class D = cpu>
-Tensor<T, DynShape<2>, D> causal_mask(index_t t, index_t s) {
-  std::vector<T> m(t * s, T(0));  // built on the host, then copied to D
-  for (index_t i = 0; i < t; ++i)
-    for (index_t j = i + (s - t) + 1; j < s; ++j) m[i * s + j] = -std::numeric_limits<T>::infinity();
-  return Tensor<T, DynShape<2>, D>::from_host(DynShape<2>(t, s), m);
-}
 
 /// softmax(q k^T * scale [+ causal mask]) v for q [BH, T, hd], k/v [BH, S, hd] -> [BH, T, hd].
 template <class T, class S, class D>

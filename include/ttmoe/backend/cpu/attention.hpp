@@ -1,5 +1,6 @@
 #pragma once
-// Multi-head attention on a fused qkv activation, head by head on the CPU: one parallel region over
+// Multi-head attention head by head on the CPU: the timm form on a fused qkv activation, and the Llama
+// form (causal, grouped-query: q, k and v as separate tensors). For the first: one parallel region over
 // the (sample, head) pairs, taken one at a time from a shared counter, each running its whole chain (scores, softmax, weighted values; or the
 // five steps of the VJP) on one thread with serial GEMMs.
 //
@@ -18,6 +19,8 @@
 // Layouts as in ops/attention.hpp: qkv [B, T, 3D] (q | k | v, head h owning columns h*hd.. of each),
 // probabilities [B, H, T, T], output [B, T, D], the qkv gradient [B, T, 3D].
 
+#include <algorithm>
+
 #include "ttmoe/backend/cpu/gemm.hpp"
 #include "ttmoe/backend/cpu/reduce.hpp"
 #include "ttmoe/core/device.hpp"
@@ -25,7 +28,7 @@
 
 namespace ttmoe::cpu_backend {
 
-/// The fused-qkv attention forward and VJP (see the file comment).
+/// The fused attention forwards and VJPs (see the file comment).
 struct AttentionKernels {
   /// p = softmax(scale q k^T) for one head: q points at the head's first q column of a sample's
   /// [T, 3D] rows (k is Dm columns further). Serial; the forward and the recomputing backward share it.
@@ -81,6 +84,72 @@ struct AttentionKernels {
         for (index_t r = 0; r < Tn; ++r) detail::softmax_backward_row(p + r * Tn, ds + r * Tn, ds + r * Tn, Tn, false);
         GemmKernels::serial_gemm(false, false, Tn, hd, Tn, scale, ds, Tn, q + Dm, D3, beta, dq, D3);
         GemmKernels::serial_gemm(true, false, Tn, hd, Tn, scale, ds, Tn, q, D3, beta, dq + Dm, D3);
+      };
+    });
+  }
+
+  /// p = softmax(scale q k^T) with the causal mask for one head: q, k [T, hd] contiguous; row r keeps
+  /// keys 0..r and is exactly 0 beyond (as the additive -inf mask gives). Serial.
+  template <class T>
+  static void causal_head_probabilities(const T* q, const T* k, index_t Tn, index_t hd, T scale, T* p) {
+    GemmKernels::serial_gemm(false, true, Tn, Tn, hd, scale, q, hd, k, hd, T(0), p, Tn);
+    for (index_t r = 0; r < Tn; ++r) {
+      detail::softmax_row(p + r * Tn, p + r * Tn, r + 1);
+      std::fill(p + r * Tn + r + 1, p + (r + 1) * Tn, T(0));
+    }
+  }
+
+  /// Causal grouped-query attention: q [B, H, T, hd], k [B, KV, T, hd], v [B, T, KV hd] (as the value
+  /// projection writes it); query head h reads kv head h / (H / KV). out [B, T, H hd] (the merged
+  /// heads). One parallel region over (sample, query head), each a serial chain on a T x T scratch.
+  template <class T>
+  static void causal_gqa_attention_forward(const T* q, const T* k, const T* v, index_t B, index_t H, index_t KV,
+                                           index_t Tn, index_t hd, T scale, T* out) {
+    const index_t G = H / KV;
+    ThreadPool::instance().parallel_items(B * H, [&] {
+      return [&, scratch = make_buffer<T, cpu>(Tn * Tn)](index_t bh) {
+        const index_t b = bh / H, kvh = (bh % H) / G;
+        T* p = scratch->data();
+        causal_head_probabilities(q + bh * Tn * hd, k + (b * KV + kvh) * Tn * hd, Tn, hd, scale, p);
+        GemmKernels::serial_gemm(false, false, Tn, hd, Tn, T(1), p, Tn, v + b * Tn * KV * hd + kvh * hd, KV * hd, T(0),
+                                 out + b * Tn * H * hd + (bh % H) * hd, H * hd);
+      };
+    });
+  }
+
+  /// Its VJP from g = dL/d(out) [B, T, H hd]: each of dq, dk, dv (null: not wanted) is written
+  /// (its beta 0) or added to (beta 1). One parallel region over (sample, kv head), each running the
+  /// query heads that share it one after another, so a task owns its dk and dv rows (no races, no
+  /// reduction pass); P is recomputed per head (nothing but q, k, v is kept).
+  template <class T>
+  static void causal_gqa_attention_backward(const T* g, const T* q, const T* k, const T* v, index_t B, index_t H,
+                                            index_t KV, index_t Tn, index_t hd, T scale, T* dq, T beta_q, T* dk,
+                                            T beta_k, T* dv, T beta_v) {
+    const index_t G = H / KV, TT = Tn * Tn, ldv = KV * hd, ldg = H * hd;
+    ThreadPool::instance().parallel_items(B * KV, [&] {
+      return [&, p_buf = make_buffer<T, cpu>(TT), ds_buf = make_buffer<T, cpu>(TT)](index_t bk) {
+        const index_t b = bk / KV, kvh = bk % KV;
+        const T* kb = k + bk * Tn * hd;
+        const T* vb = v + b * Tn * ldv + kvh * hd;
+        T *p = p_buf->data(), *ds = ds_buf->data();
+        for (index_t j = 0; j < G; ++j) {
+          const index_t h = kvh * G + j, bh = b * H + h;
+          const T* qh = q + bh * Tn * hd;
+          const T* go = g + b * Tn * ldg + h * hd;
+          causal_head_probabilities(qh, kb, Tn, hd, scale, p);
+          GemmKernels::serial_gemm(false, true, Tn, Tn, hd, T(1), go, ldg, vb, ldv, T(0), ds, Tn);  // dP = dO V^T
+          if (dv)  // dV (+)= P^T dO, summed over the heads sharing this kv head
+            GemmKernels::serial_gemm(true, false, Tn, hd, Tn, T(1), p, Tn, go, ldg, j == 0 ? beta_v : T(1),
+                                     dv + b * Tn * ldv + kvh * hd, ldv);
+          for (index_t r = 0; r < Tn; ++r) {  // dS = P * (dP - rowsum(dP * P)), 0 where masked
+            detail::softmax_backward_row(p + r * Tn, ds + r * Tn, ds + r * Tn, r + 1, false);
+            std::fill(ds + r * Tn + r + 1, ds + (r + 1) * Tn, T(0));
+          }
+          if (dq) GemmKernels::serial_gemm(false, false, Tn, hd, Tn, scale, ds, Tn, kb, hd, beta_q, dq + bh * Tn * hd, hd);
+          if (dk)
+            GemmKernels::serial_gemm(true, false, Tn, hd, Tn, scale, ds, Tn, qh, hd, j == 0 ? beta_k : T(1),
+                                     dk + bk * Tn * hd, hd);
+        }
       };
     });
   }

@@ -7,6 +7,7 @@
 #include "ttmoe/backend/cpu/elementwise.hpp"
 #include "ttmoe/backend/cpu/gemm.hpp"
 #include "ttmoe/backend/cpu/indexing.hpp"
+#include "ttmoe/backend/cpu/linear_bf16.hpp"
 #include "ttmoe/backend/cpu/norm.hpp"
 #include "ttmoe/backend/cpu/reduce.hpp"
 #include "ttmoe/core/device.hpp"
@@ -23,8 +24,9 @@ struct Backend<cpu> : cpu_backend::ElementwiseKernels,
                       cpu_backend::AttentionKernels {};
 
 static_assert(BackendFor<cpu, float> && BackendFor<cpu, double>, "ttmoe: Backend<cpu> misses a required kernel");
-// The CPU's fast paths: losing either would silently fall back to the composed ops.
-static_assert(FusedAttentionBackend<cpu, float> && GemmEpilogueBackend<cpu, float>,
-              "ttmoe: Backend<cpu> lost its fused attention or its GEMM epilogue");
+// The CPU's fast paths: losing one would silently fall back to the composed ops.
+static_assert(FusedAttentionBackend<cpu, float> && FusedCausalAttentionBackend<cpu, float> &&
+                  FusedCausalAttentionBackend<cpu, double> && GemmEpilogueBackend<cpu, float>,
+              "ttmoe: Backend<cpu> lost a fused attention or its GEMM epilogue");
 
 }  // namespace ttmoe

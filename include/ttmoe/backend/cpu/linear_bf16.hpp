@@ -1,0 +1,146 @@
+#pragma once
+// y = x W^T (+ bias) (+ residual) with W a BF16-resident weight (io/bf16_matrix.hpp), F32
+// activations and F32 accumulation (issue #14). One kernel serves decode and prefill:
+//  * x is split once per row into its even and odd elements. A 32-bit load of W then holds two
+//    BF16 values, and `word << 16` / `word & 0xFFFF0000` ARE the even / odd floats, so widening
+//    costs one shift or AND per lane and the dot product needs no shuffles at any SIMD width
+//    (xsimd picks AVX2 here, AVX-512 where built for it).
+//  * Threads split the output features: each weight row streams from memory once per call and,
+//    with up to kRowsPerPass x rows sharing each widened weight vector, is reused from registers.
+//    At batch 1 this is a GEMV running at memory bandwidth, the point of keeping weights BF16.
+// An odd `cols` (no real model has one) falls back to a scalar loop.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#include "ttmoe/backend/cpu/thread_pool.hpp"
+#include "ttmoe/io/bf16_matrix.hpp"
+#include "ttmoe/core/error.hpp"
+#include "ttmoe/core/tensor.hpp"
+
+namespace ttmoe::cpu_backend {
+
+namespace detail {
+
+/// A 32-bit word that may alias the uint16 BF16 storage.
+using AliasedWord = std::uint32_t __attribute__((may_alias));
+
+/// Dot products of one BF16 weight row `wr` (2 * half values) with NR split activation rows
+/// (`xs[i]`: half even then half odd floats); NR is a template parameter so the accumulators stay
+/// in registers.
+template <index_t NR>
+inline void bf16_row_dots(const std::uint16_t* wr, index_t half, const float* const* xs, float* sums) {
+  using fbatch = xsimd::batch<float>;
+  using ubatch = xsimd::batch<std::uint32_t>;
+  constexpr index_t L = fbatch::size;
+  // Two words per step, four accumulators per row: enough independent FMA chains to hide the
+  // FMA latency at batch 1.
+  fbatch acc[NR][4];
+  for (index_t i = 0; i < NR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = fbatch(0.f);
+  const ubatch hi_mask(0xFFFF0000u);
+  auto step = [&](index_t kk, int slot) {
+    // A direct unaligned load (W rows need only 2-byte alignment): a memcpy to the stack first
+    // costs a store-forwarding stall per vector.
+    const ubatch wv = ubatch::load_unaligned(reinterpret_cast<const AliasedWord*>(wr + 2 * kk));
+    const fbatch even = xsimd::bitwise_cast<fbatch>(wv << 16);
+    const fbatch odd = xsimd::bitwise_cast<fbatch>(wv & hi_mask);
+    for (index_t i = 0; i < NR; ++i) {
+      acc[i][slot] = xsimd::fma(even, fbatch::load_unaligned(xs[i] + kk), acc[i][slot]);
+      acc[i][slot + 1] = xsimd::fma(odd, fbatch::load_unaligned(xs[i] + half + kk), acc[i][slot + 1]);
+    }
+  };
+  index_t k = 0;
+  for (; k + 2 * L <= half; k += 2 * L) {
+    step(k, 0);
+    step(k + L, 2);
+  }
+  for (; k + L <= half; k += L) step(k, 0);
+  for (index_t i = 0; i < NR; ++i) {
+    float s = xsimd::hadd((acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3]));
+    for (index_t j = k; j < half; ++j)
+      s += xs[i][j] * io::bf16_to_float(wr[2 * j]) + xs[i][half + j] * io::bf16_to_float(wr[2 * j + 1]);
+    sums[i] = s;
+  }
+}
+
+}  // namespace detail
+
+/// y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]) for r < rows; x [rows, w.cols],
+/// y and residual [rows, w.rows]; bias and residual may be null.
+inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
+                        float* y) {
+  constexpr index_t kRowsPerPass = 4;
+  const index_t in = w.cols, out = w.rows, half = in / 2;
+  const bool paired = in % 2 == 0;
+  // x rows split into [even | odd] halves (only when paired).
+  std::vector<float> split(paired ? rows * in : 0);
+  if (paired)
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t k = 0; k < half; ++k) {
+        split[r * in + k] = x[r * in + 2 * k];
+        split[r * in + half + k] = x[r * in + 2 * k + 1];
+      }
+  auto finish = [&](index_t r, index_t o, float acc) {
+    if (bias) acc += bias[o];
+    if (residual) acc += residual[r * out + o];
+    y[r * out + o] = acc;
+  };
+  parallel_for(out, 16, [&](index_t o0, index_t o1) {
+    for (index_t o = o0; o < o1; ++o) {
+      const std::uint16_t* wr = w.bits + o * in;
+      if (!paired) {
+        for (index_t r = 0; r < rows; ++r) {
+          float acc = 0;
+          for (index_t k = 0; k < in; ++k) acc += x[r * in + k] * io::bf16_to_float(wr[k]);
+          finish(r, o, acc);
+        }
+        continue;
+      }
+      for (index_t r0 = 0; r0 < rows; r0 += kRowsPerPass) {
+        const index_t nr = std::min(kRowsPerPass, rows - r0);
+        const float* xs[kRowsPerPass];
+        for (index_t i = 0; i < nr; ++i) xs[i] = split.data() + (r0 + i) * in;
+        float sums[kRowsPerPass];
+        switch (nr) {
+          case 1: detail::bf16_row_dots<1>(wr, half, xs, sums); break;
+          case 2: detail::bf16_row_dots<2>(wr, half, xs, sums); break;
+          case 3: detail::bf16_row_dots<3>(wr, half, xs, sums); break;
+          default: detail::bf16_row_dots<4>(wr, half, xs, sums); break;
+        }
+        for (index_t i = 0; i < nr; ++i) finish(r0 + i, o, sums[i]);
+      }
+    }
+  });
+}
+
+}  // namespace ttmoe::cpu_backend
+
+namespace ttmoe {
+
+/// x [..., in] -> [..., out] through the BF16 weight `w` [out, in] (+ bias [out]) (+ residual, the
+/// output's shape); inference only. Found by argument-dependent lookup from nn::Linear, so the
+/// device-generic layer never includes this backend header.
+template <class S, class R = DynShape<1>>
+Tensor<float, DynShape<S::rank>, cpu> linear_bf16(const Tensor<float, S, cpu>& x, const io::Bf16Matrix& w,
+                                                  const Tensor<float, DynShape<1>, cpu>& bias,
+                                                  const Tensor<float, R, cpu>* residual = nullptr) {
+  static_assert(S::rank >= 2, "linear_bf16: x must have rank >= 2");
+  if (x.extent(S::rank - 1) != w.cols)
+    throw ShapeError("linear_bf16: x " + x.shape().to_string() + " has " + std::to_string(x.extent(S::rank - 1)) +
+                     " features; the BF16 weight takes " + std::to_string(w.cols));
+  auto e = x.shape().extents();
+  e[S::rank - 1] = w.rows;
+  Tensor<float, DynShape<S::rank>, cpu> y(DynShape<S::rank>::from_extents(e, "linear_bf16"));
+  if (residual && residual->numel() != y.numel())
+    throw ShapeError("linear_bf16: residual " + residual->shape().to_string() + " does not match the output " +
+                     y.shape().to_string());
+  cpu_backend::linear_bf16(x.data(), x.numel() / w.cols, w, bias.defined() ? bias.data() : nullptr,
+                           residual ? residual->data() : nullptr, y.data());
+  return y;
+}
+
+}  // namespace ttmoe

@@ -1,0 +1,47 @@
+#pragma once
+// A read-only row-major matrix of bfloat16 bits: the resident form of an inference-only weight
+// (nn::Linear's BF16 weight, issue #14). Half the bytes of F32, and batch-1 decode is bound by
+// how many weight bytes stream from memory per token, so decode runs up to twice as fast. The
+// BF16 codec is io's (safetensors_float16.hpp). The bits are shared (copies alias) and `owner`
+// keeps whatever holds them alive: a vector converted once at load, or later a memory-mapped
+// checkpoint the bits point straight into.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ttmoe/core/config.hpp"
+#include "ttmoe/io/safetensors_float16.hpp"
+
+namespace ttmoe::io {
+
+/// rows x cols bfloat16 values, row-major, read-only; undefined while `bits` is null.
+struct Bf16Matrix {
+  std::shared_ptr<const void> owner;  ///< keeps the storage `bits` points into alive
+  const std::uint16_t* bits = nullptr;
+  index_t rows = 0, cols = 0;
+
+  bool defined() const noexcept { return bits != nullptr; }
+  /// Bytes the values occupy (what one pass over the matrix streams from memory).
+  std::size_t bytes() const noexcept { return std::size_t(rows) * std::size_t(cols) * 2; }
+
+  /// Rounds rows x cols floats (row-major) to a new, owned BF16 matrix.
+  static Bf16Matrix from_floats(const float* values, index_t rows, index_t cols) {
+    auto storage = std::make_shared<std::vector<std::uint16_t>>(std::size_t(rows) * std::size_t(cols));
+    for (std::size_t i = 0; i < storage->size(); ++i) (*storage)[i] = float_to_bf16(values[i]);
+    Bf16Matrix m;
+    m.bits = storage->data();
+    m.owner = std::move(storage);
+    m.rows = rows;
+    m.cols = cols;
+    return m;
+  }
+  /// The values widened to floats, row-major (tests, merging a BF16 layer back to F32).
+  std::vector<float> to_floats() const {
+    std::vector<float> out(bytes() / 2);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(bits[i]);
+    return out;
+  }
+};
+
+}  // namespace ttmoe::io

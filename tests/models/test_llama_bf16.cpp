@@ -1,0 +1,155 @@
+// BF16-resident LLM weights (issue #14): the BF16 kernel against a double reference, and a model
+// loaded with WeightPrecision::bf16 against the same BF16 checkpoint converted to F32 (identical
+// weight values, only the summation order differs), greedy tokens, LoRA on top, and the errors.
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "parity.hpp"
+#include "ttmoe/models/llm.hpp"
+
+using namespace ttmoe;
+using models::LlamaConfig;
+
+namespace {
+
+LlamaConfig tiny(bool qwen, bool tied) {
+  nlohmann::json j{{"model_type", qwen ? "qwen2" : "llama"}, {"vocab_size", 50}, {"hidden_size", 32},
+                   {"intermediate_size", 48}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+                   {"num_key_value_heads", 2}, {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5},
+                   {"rope_theta", 10000.0}, {"hidden_act", "silu"}, {"tie_word_embeddings", tied}};
+  return LlamaConfig::from_json(j);
+}
+
+std::vector<float> random_values(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+/// A temporary folder removed on scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag)
+      : path(std::filesystem::temp_directory_path() / ("ttmoe_bf16_" + tag + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("bf16 linear kernel: rows, odd widths, bias and residual against a double reference", "[llm][bf16]") {
+  for (index_t in : {index_t(1), index_t(7), index_t(32), index_t(70)})
+    for (index_t rows : {index_t(1), index_t(3), index_t(9)}) {
+      const index_t out = 37;
+      const auto w = random_values(out * in, in), x = random_values(rows * in, rows + 100);
+      const auto bias = random_values(out, 7), res = random_values(rows * out, 8);
+      const io::Bf16Matrix W = io::Bf16Matrix::from_floats(w.data(), out, in);
+      const auto wq = W.to_floats();
+      // Rounding is to nearest: within half a BF16 ulp (2^-8 relative, 8 significant bits).
+      for (std::size_t i = 0; i < w.size(); ++i) CHECK(std::abs(wq[i] - w[i]) <= std::abs(w[i]) * 0x1p-8f);
+      std::vector<float> y(rows * out);
+      cpu_backend::linear_bf16(x.data(), rows, W, bias.data(), res.data(), y.data());
+      for (index_t r = 0; r < rows; ++r)
+        for (index_t o = 0; o < out; ++o) {
+          double s = double(bias[o]) + res[r * out + o], mag = std::abs(bias[o]) + std::abs(res[r * out + o]);
+          for (index_t k = 0; k < in; ++k) {
+            s += double(x[r * in + k]) * wq[o * in + k];
+            mag += std::abs(double(x[r * in + k]) * wq[o * in + k]);
+          }
+          INFO("in " << in << " rows " << rows << " r " << r << " o " << o);
+          CHECK(std::abs(y[r * out + o] - s) <= 1e-6 * mag + 1e-7);
+        }
+    }
+}
+
+TEST_CASE("bf16-resident llama: logits, cache and greedy tokens equal the bf16 checkpoint in f32", "[llm][bf16]") {
+  for (bool qwen : {false, true})
+    for (bool tied : {false, true}) {
+      INFO((qwen ? "qwen2" : "llama") << (tied ? " tied" : " untied"));
+      TempDir dir(std::string(qwen ? "q" : "l") + (tied ? "t" : "u"));
+      models::LlamaForCausalLM<float> m(tiny(qwen, tied), 5);
+      models::save_llama(m, dir.path, io::DType::BF16);
+      auto f32 = models::load_llama<float>(dir.path);
+      auto b16 = models::load_llama<float>(dir.path, models::WeightPrecision::bf16);
+      CHECK(b16.model.layers[1].mlp.down_proj.weight_bf16.defined());
+      CHECK_FALSE(b16.model.layers[1].mlp.down_proj.weight.defined());  // the F32 copy is freed
+      CHECK(b16.lm_head.weight_bf16.defined() == !tied);
+      // The same weight values: BF16 -> F32 is exact, so only the summation order differs.
+      CHECK(b16.model.layers[0].self_attn.q_proj.weight_bf16.to_floats() ==
+            f32.model.layers[0].self_attn.q_proj.weight.to_vector());
+
+      auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(2, 6), {1, 4, 9, 16, 25, 36, 3, 1, 4, 1, 5, 9});
+      const auto want = f32.forward(ids);
+      const double err = test::normwise_rel_error(b16.forward(ids), want);
+      INFO("forward: normwise relative error " << err);
+      CHECK(err <= 2e-6);
+      auto cache = b16.make_cache(2, 8);
+      const double cerr = test::normwise_rel_error(b16.logits(b16.forward_cached(ids, cache)), want);
+      CHECK(cerr <= 2e-6);
+
+      models::GenerationOptions greedy;
+      greedy.max_new_tokens = 32;
+      const std::vector<std::vector<std::int64_t>> prompts{{1, 2, 3}, {7, 8}};
+      const auto g32 = models::generate(f32, prompts, greedy), g16 = models::generate(b16, prompts, greedy);
+      REQUIRE(g16.tokens[0].size() == 32);
+      CHECK(g16.tokens == g32.tokens);
+    }
+}
+
+TEST_CASE("bf16-resident llama: unmerged LoRA on top, merged LoRA and training are clear errors", "[llm][bf16][peft]") {
+  TempDir dir("lora");
+  models::LlamaForCausalLM<float> m(tiny(false, false), 9);
+  models::save_llama(m, dir.path, io::DType::BF16);
+  auto f32 = models::load_llama<float>(dir.path);
+  auto b16 = models::load_llama<float>(dir.path, models::WeightPrecision::bf16);
+  models::LoraAdapterConfig cfg;
+  cfg.r = 3;
+  cfg.lora_alpha = 5;
+  cfg.target_modules = {"q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"};
+  auto a = models::make_lora_adapter(f32, cfg, 1);
+  std::uint64_t seed = 20;
+  for (auto& [name, mod] : a.modules)
+    for (auto* f : {&mod.lora_A, &mod.lora_B})
+      f->weight = Tensor<float, DynShape<2>>::from_host(
+          DynShape<2>(f->weight.extent(0), f->weight.extent(1)),
+          random_values(std::size_t(f->weight.numel()), ++seed));
+  auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 7), {3, 1, 4, 1, 5, 9, 2});
+  const auto base = b16.forward(ids).to_vector();
+  {
+    models::AttachedAdapters<float> want_on(f32, {{&a, 0.8}}, models::LoraMode::unmerged);
+    models::AttachedAdapters<float> on(b16, {{&a, 0.8}}, models::LoraMode::unmerged);
+    const auto want = f32.forward(ids);
+    CHECK(test::normwise_rel_error(want, b16.forward(ids)) <= 2e-6);
+    CHECK(b16.forward(ids).to_vector() != base);  // the adapters matter
+  }
+  CHECK(b16.forward(ids).to_vector() == base);  // removal restores the model bit for bit
+
+  try {
+    models::AttachedAdapters<float> merged(b16, {{&a, 0.8}}, models::LoraMode::merged);
+    FAIL("merging into a BF16-resident weight must throw");
+  } catch (const ValueError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("keeps its weight as BF16"));
+  }
+  CHECK(b16.forward(ids).to_vector() == base);  // the refused attachment changed nothing
+
+  try {
+    autograd::Tape tape;
+    (void)b16.forward(ids);
+    FAIL("recording a BF16-resident layer must throw");
+  } catch (const ValueError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("model.layers.0.self_attn.q_proj"));
+    CHECK_THAT(e.what(), Catch::Contains("inference only"));
+  }
+  CHECK_THROWS_WITH(models::make_lora_adapter(b16, cfg, 1), Catch::Contains("keeps its weight as BF16"));
+  CHECK_THROWS_WITH(models::parse_weight_precision("fp8"), Catch::Contains("'fp8'"));
+  CHECK(models::parse_weight_precision("bf16") == models::WeightPrecision::bf16);
+}
