@@ -6,7 +6,10 @@
 // last layer goes). The kernel pages weights in on first use, so the resident set is the file's
 // weight bytes plus norms, biases and the KV cache. A tensor is COPIED (rounded to BF16, one
 // tensor at a time) only when the file stores it as F32/F16 or its bytes are not 2-byte aligned.
-// Norms and biases (small) are read into F32 as usual.
+// Norms and biases (small) are read into F32 as usual. Each decoder layer is still constructed
+// (with F32 weights) before its matrices are adopted, one layer at a time; the pool cache those
+// F32 blocks land in is emptied at the end (cpu::empty_cache), so they never add to decoding's
+// resident set.
 
 #include <cstdint>
 #include <filesystem>
@@ -116,6 +119,10 @@ LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, s
   opt.ignore_keys = {"*.rotary_emb.inv_freq", "lm_head.weight"};
   for (const Matrix& mat : matrices) opt.ignore_keys.push_back(mat.name + ".weight");
   nn::load_state(m, *src, io::timm_names(), opt);
+  // The layers' transient F32 weights sit in the host pool's cache now; hand them back to the OS
+  // so they do not count against decoding's resident set (issue target: peak RSS <= 1.15 x the
+  // weights on disk).
+  cpu::empty_cache();
   return m;
 }
 

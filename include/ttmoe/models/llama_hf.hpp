@@ -25,12 +25,6 @@ namespace ttmoe::models {
 template <class T = float, class D = cpu>
 LlamaForCausalLM<T, D> load_llama(const std::filesystem::path& dir, WeightPrecision weights = WeightPrecision::f32) {
   const auto config = LlamaConfig::load(dir / "config.json");
-  LlamaForCausalLM<T, D> m(config);
-  nn::LoadOptions opt;
-  // A tied model's head is the embedding (transformers ignores a stored copy); older transformers
-  // saved RoPE's inv_freq buffer, which the config determines.
-  if (config.tie_word_embeddings) opt.ignore_keys.push_back("lm_head.weight");
-  opt.ignore_keys.push_back("*.rotary_emb.inv_freq");
   const auto single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
   if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
     if (weights == WeightPrecision::bf16) {
@@ -40,6 +34,12 @@ LlamaForCausalLM<T, D> load_llama(const std::filesystem::path& dir, WeightPrecis
         return load_llama_bf16_mapped(config, std::make_shared<const io::ShardedSafetensors>(index));
     }
   }
+  LlamaForCausalLM<T, D> m(config);
+  nn::LoadOptions opt;
+  // A tied model's head is the embedding (transformers ignores a stored copy); older transformers
+  // saved RoPE's inv_freq buffer, which the config determines.
+  if (config.tie_word_embeddings) opt.ignore_keys.push_back("lm_head.weight");
+  opt.ignore_keys.push_back("*.rotary_emb.inv_freq");
   if (std::filesystem::exists(single)) {
     nn::load_state(m, io::SafetensorsFile(single), io::timm_names(), opt);
   } else if (std::filesystem::exists(index)) {
