@@ -48,9 +48,15 @@ struct TempDir {
 }  // namespace
 
 TEST_CASE("bf16 linear kernel: rows, odd widths, bias and residual against a double reference", "[llm][bf16]") {
-  for (index_t in : {index_t(1), index_t(7), index_t(32), index_t(70)})
-    for (index_t rows : {index_t(1), index_t(3), index_t(9)}) {
-      const index_t out = 37;
+  const std::size_t threads_before = cpu_backend::num_threads();
+  // Widths: odd (scalar path), even with SIMD tails (half = 9, 35), several vectors; output counts
+  // below, at and off the decode path's 4-row passes; 1 and 2 threads split the outputs.
+  for (std::size_t nt : {std::size_t(1), std::size_t(2)})
+  for (index_t in : {index_t(1), index_t(7), index_t(18), index_t(32), index_t(70), index_t(530)})
+    for (index_t rows : {index_t(1), index_t(3), index_t(9)})
+    for (index_t out : {index_t(3), index_t(37), index_t(64)}) {
+      cpu_backend::set_num_threads(nt);
+      INFO("threads " << nt << " out " << out);
       const auto w = random_values(out * in, in), x = random_values(rows * in, rows + 100);
       const auto bias = random_values(out, 7), res = random_values(rows * out, 8);
       const io::Bf16Matrix W = io::Bf16Matrix::from_floats(w.data(), out, in);
@@ -70,6 +76,7 @@ TEST_CASE("bf16 linear kernel: rows, odd widths, bias and residual against a dou
           CHECK(std::abs(y[r * out + o] - s) <= 1e-6 * mag + 1e-7);
         }
     }
+  cpu_backend::set_num_threads(threads_before);
 }
 
 TEST_CASE("bf16-resident llama: logits, cache and greedy tokens equal the bf16 checkpoint in f32", "[llm][bf16]") {
