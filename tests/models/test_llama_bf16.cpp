@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <unistd.h>
@@ -47,9 +48,15 @@ struct TempDir {
 }  // namespace
 
 TEST_CASE("bf16 linear kernel: rows, odd widths, bias and residual against a double reference", "[llm][bf16]") {
-  for (index_t in : {index_t(1), index_t(7), index_t(32), index_t(70)})
-    for (index_t rows : {index_t(1), index_t(3), index_t(9)}) {
-      const index_t out = 37;
+  const std::size_t threads_before = cpu_backend::num_threads();
+  // Widths: odd (scalar path), even with SIMD tails (half = 9, 35), several vectors; output counts
+  // below, at and off the decode path's 4-row passes; 1 and 2 threads split the outputs.
+  for (std::size_t nt : {std::size_t(1), std::size_t(2)})
+  for (index_t in : {index_t(1), index_t(7), index_t(18), index_t(32), index_t(70), index_t(530)})
+    for (index_t rows : {index_t(1), index_t(3), index_t(9)})
+    for (index_t out : {index_t(3), index_t(37), index_t(64)}) {
+      cpu_backend::set_num_threads(nt);
+      INFO("threads " << nt << " out " << out);
       const auto w = random_values(out * in, in), x = random_values(rows * in, rows + 100);
       const auto bias = random_values(out, 7), res = random_values(rows * out, 8);
       const io::Bf16Matrix W = io::Bf16Matrix::from_floats(w.data(), out, in);
@@ -69,6 +76,7 @@ TEST_CASE("bf16 linear kernel: rows, odd widths, bias and residual against a dou
           CHECK(std::abs(y[r * out + o] - s) <= 1e-6 * mag + 1e-7);
         }
     }
+  cpu_backend::set_num_threads(threads_before);
 }
 
 TEST_CASE("bf16-resident llama: logits, cache and greedy tokens equal the bf16 checkpoint in f32", "[llm][bf16]") {
@@ -152,4 +160,64 @@ TEST_CASE("bf16-resident llama: unmerged LoRA on top, merged LoRA and training a
   CHECK_THROWS_WITH(models::make_lora_adapter(b16, cfg, 1), Catch::Contains("keeps its weight as BF16"));
   CHECK_THROWS_WITH(models::parse_weight_precision("fp8"), Catch::Contains("'fp8'"));
   CHECK(models::parse_weight_precision("bf16") == models::WeightPrecision::bf16);
+}
+
+TEST_CASE("bf16 load maps a bf16 file without copies, other dtypes and bad files are handled", "[llm][bf16]") {
+  for (bool tied : {false, true}) {
+    INFO((tied ? "tied" : "untied"));
+    TempDir dir(tied ? "zt" : "zu");
+    models::LlamaForCausalLM<float> m(tiny(false, tied), 11);
+    models::save_llama(m, dir.path, io::DType::BF16);
+    auto b16 = models::load_llama<float>(dir.path, models::WeightPrecision::bf16);
+    // Every matrix is a view sharing ONE owner (the mapped file), not a converted vector each.
+    const auto& owner = b16.model.embed_tokens.weight_bf16.owner;
+    REQUIRE(owner != nullptr);
+    CHECK_FALSE(b16.model.embed_tokens.weight.defined());  // no F32 table, tied head included
+    for (const auto& l : b16.model.layers)
+      for (const auto* lin : {&l.self_attn.q_proj, &l.self_attn.k_proj, &l.self_attn.v_proj, &l.self_attn.o_proj,
+                              &l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) {
+        CHECK(lin->weight_bf16.owner == owner);
+        CHECK_FALSE(lin->weight.defined());
+      }
+    if (!tied) CHECK(b16.lm_head.weight_bf16.owner == owner);
+    // The views sit inside the file at distinct places: the embedding is not the q_proj.
+    CHECK(b16.model.embed_tokens.weight_bf16.bits != b16.model.layers[0].self_attn.q_proj.weight_bf16.bits);
+
+    // Tied BF16 head (the embedding bits) against the F32 model rounded the same way.
+    auto f32 = models::load_llama<float>(dir.path);
+    auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 5), {2, 7, 1, 8, 2});
+    CHECK(test::normwise_rel_error(b16.forward(ids), f32.forward(ids)) <= 2e-6);
+    CHECK(b16.model.embed_tokens.weight_bf16.to_floats() == f32.model.embed_tokens.weight.to_vector());
+  }
+  {
+    // An F32 file is rounded to BF16, one owned copy per matrix.
+    TempDir dir("zf");
+    models::LlamaForCausalLM<float> m(tiny(true, true), 12);
+    models::save_llama(m, dir.path, io::DType::F32);
+    auto b16 = models::load_llama<float>(dir.path, models::WeightPrecision::bf16);
+    const auto& q = b16.model.layers[0].self_attn.q_proj.weight_bf16;
+    CHECK(q.owner != b16.model.layers[0].self_attn.k_proj.weight_bf16.owner);
+    const auto want = m.model.layers[0].self_attn.q_proj.weight.to_vector();
+    const auto got = q.to_floats();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == io::bf16_to_float(io::float_to_bf16(want[i])));
+    auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 4), {3, 1, 4, 1});
+    CHECK(test::normwise_rel_error(b16.forward(ids), m.forward(ids)) <= 2e-2);  // BF16 rounding of the weights
+  }
+  {
+    // A config that disagrees with the file: one error naming every mis-shaped matrix.
+    TempDir dir("zbad");
+    models::LlamaForCausalLM<float> m(tiny(false, false), 13);
+    models::save_llama(m, dir.path, io::DType::BF16);
+    auto c = tiny(false, false);
+    c.intermediate_size = 40;
+    std::ofstream(dir.path / "config.json") << c.to_json().dump();
+    try {
+      (void)models::load_llama<float>(dir.path, models::WeightPrecision::bf16);
+      FAIL("a mis-shaped checkpoint must throw");
+    } catch (const nn::CheckpointError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("model.layers.0.mlp.gate_proj.weight"));
+      CHECK_THAT(e.what(), Catch::Contains("model.layers.1.mlp.down_proj.weight"));
+    }
+  }
 }

@@ -36,6 +36,16 @@ struct Bf16Matrix {
     m.cols = cols;
     return m;
   }
+  /// A matrix over BF16 bits that live elsewhere (e.g. a memory-mapped checkpoint): no copy;
+  /// `owner` keeps that storage alive for as long as any copy of the matrix exists.
+  static Bf16Matrix view(std::shared_ptr<const void> owner, const std::uint16_t* bits, index_t rows, index_t cols) {
+    Bf16Matrix m;
+    m.owner = std::move(owner);
+    m.bits = bits;
+    m.rows = rows;
+    m.cols = cols;
+    return m;
+  }
   /// The values widened to floats, row-major (tests, merging a BF16 layer back to F32).
   std::vector<float> to_floats() const {
     std::vector<float> out(bytes() / 2);

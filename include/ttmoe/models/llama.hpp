@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ttmoe/autograd/tape.hpp"
@@ -116,6 +117,9 @@ struct LlamaForCausalLM {
   template <class S>
   Tensor<T, DynShape<S::rank>, D> logits(const Tensor<T, S, D>& h) const {
     if (!config.tie_word_embeddings && lm_head.weight_bf16.defined()) return lm_head(h);  // BF16-resident head
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>)
+      if (config.tie_word_embeddings && model.embed_tokens.weight_bf16.defined())  // tied BF16 table
+        return linear_bf16(h, model.embed_tokens.weight_bf16, Tensor<T, DynShape<1>, D>{});
     return linear(h, head_weight(), Tensor<T, DynShape<1>, D>{});
   }
 

@@ -1,12 +1,14 @@
 #pragma once
 // BF16-resident inference weights for the Llama-family LM (issue #14): every Linear of the decoder
 // (q/k/v/o, gate/up/down) and an untied LM head keep their weight as BF16 (nn::Linear::weight_bf16)
-// and run the BF16 kernel with F32 accumulation; norms, the embedding table and a tied head stay
-// F32 (the embedding is read one row per token, so its precision does not set the decode speed).
+// and run the BF16 kernel with F32 accumulation; so does the embedding table, whose one BF16 copy
+// also serves a tied head (Llama-3.2-1B's 128256 x 2048 table is 1 GB in F32). Norms and biases
+// stay F32. load_llama maps these straight from a BF16 file (llama_bf16_mapped.hpp).
 // The model is then inference-only: forward_cached / generate / perplexity work, and recording it
 // on a tape is an error naming the layer. Unmerged LoRA deltas (F32) still apply on top.
 
 #include <string>
+#include <type_traits>
 
 #include "ttmoe/models/llama.hpp"
 
@@ -22,7 +24,8 @@ inline WeightPrecision parse_weight_precision(const std::string& s) {
   throw ValueError("weight precision '" + s + "' is not supported (f32, bf16)");
 }
 
-/// Converts every Linear weight of `m` to BF16 once (round-to-nearest-even) and frees its F32 copy.
+/// Converts every Linear weight of `m` and its embedding table to BF16 once (round-to-nearest-even)
+/// and frees the F32 copies.
 template <class T, class D>
 void keep_linear_weights_bf16(LlamaForCausalLM<T, D>& m) {
   for (std::size_t i = 0; i < m.model.layers.size(); ++i) {
@@ -37,6 +40,11 @@ void keep_linear_weights_bf16(LlamaForCausalLM<T, D>& m) {
     l.mlp.down_proj.keep_weight_bf16(p + "mlp.down_proj");
   }
   if (!m.config.tie_word_embeddings) m.lm_head.keep_weight_bf16("lm_head");
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
+    auto& table = m.model.embed_tokens;
+    if (!table.weight_bf16.defined())
+      table.adopt_weight_bf16(io::Bf16Matrix::from_floats(table.weight.data(), table.weight.extent(0), table.weight.extent(1)));
+  }
 }
 
 }  // namespace ttmoe::models

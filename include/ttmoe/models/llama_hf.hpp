@@ -7,26 +7,39 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <type_traits>
 
 #include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/models/llama.hpp"
 #include "ttmoe/models/llama_bf16.hpp"
+#include "ttmoe/models/llama_bf16_mapped.hpp"
 
 namespace ttmoe::models {
 
 /// Loads config.json and the weights of the HF folder `dir` into a new model; with
-/// WeightPrecision::bf16 the Linear weights are then kept as BF16 (inference only, llama_bf16.hpp).
+/// WeightPrecision::bf16 the Linear weights and the embedding are kept as BF16 (inference only,
+/// llama_bf16.hpp), viewed straight from the mapped file where it stores them as BF16
+/// (llama_bf16_mapped.hpp: no F32 model is ever built).
 template <class T = float, class D = cpu>
 LlamaForCausalLM<T, D> load_llama(const std::filesystem::path& dir, WeightPrecision weights = WeightPrecision::f32) {
   const auto config = LlamaConfig::load(dir / "config.json");
+  const auto single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
+    if (weights == WeightPrecision::bf16) {
+      if (std::filesystem::exists(single))
+        return load_llama_bf16_mapped(config, std::make_shared<const io::SafetensorsFile>(single));
+      if (std::filesystem::exists(index))
+        return load_llama_bf16_mapped(config, std::make_shared<const io::ShardedSafetensors>(index));
+    }
+  }
   LlamaForCausalLM<T, D> m(config);
   nn::LoadOptions opt;
   // A tied model's head is the embedding (transformers ignores a stored copy); older transformers
   // saved RoPE's inv_freq buffer, which the config determines.
   if (config.tie_word_embeddings) opt.ignore_keys.push_back("lm_head.weight");
   opt.ignore_keys.push_back("*.rotary_emb.inv_freq");
-  const auto single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
   if (std::filesystem::exists(single)) {
     nn::load_state(m, io::SafetensorsFile(single), io::timm_names(), opt);
   } else if (std::filesystem::exists(index)) {

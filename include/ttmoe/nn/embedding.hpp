@@ -4,7 +4,12 @@
 
 #include <cstdint>
 
+#include <string>
+#include <type_traits>
+
+#include "ttmoe/core/error.hpp"
 #include "ttmoe/expr/expr.hpp"
+#include "ttmoe/io/bf16_matrix.hpp"
 #include "ttmoe/nn/init.hpp"
 #include "ttmoe/ops/indexing.hpp"
 
@@ -14,6 +19,10 @@ namespace ttmoe::nn {
 template <class T = float, class D = cpu>
 struct Embedding {
   Tensor<T, DynShape<2>, D> weight;  ///< [num_embeddings, dim]
+  /// Inference-only BF16 table [num_embeddings, dim]; when defined, `weight` is undefined and the
+  /// lookup widens rows from it (backend/cpu/embedding_bf16.hpp, CPU, float). A tied LM head
+  /// reads the same bits.
+  io::Bf16Matrix weight_bf16;
 
   Embedding() = default;
   Embedding(index_t num_embeddings, index_t dim, std::uint64_t seed = 0) : weight(DynShape<2>(num_embeddings, dim)) {
@@ -21,9 +30,19 @@ struct Embedding {
     weight.set_requires_grad();
   }
 
+  /// Makes `table` the embedding (inference only from then on) and frees the F32 weight.
+  void adopt_weight_bf16(io::Bf16Matrix table) {
+    if constexpr (!std::is_same_v<T, float> || !std::is_same_v<D, cpu>)
+      throw ValueError("nn::Embedding: a BF16-resident table needs float on the CPU");
+    weight_bf16 = std::move(table);
+    weight = Tensor<T, DynShape<2>, D>{};
+  }
+
   /// ids of any rank R -> [ids..., dim].
   template <class SI>
   Tensor<T, DynShape<SI::rank + 1>, D> forward(const IndexTensor<SI, D>& ids) const {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>)
+      if (weight_bf16.defined()) return embedding_bf16(ids, weight_bf16);
     auto flat = ids.reshape(DynShape<1>(ids.numel()));
     auto rows = index_select(weight, flat);
     std::array<index_t, SI::rank + 1> e{};

@@ -63,6 +63,18 @@ struct Linear : Callable<Linear<T, D>> {
     }
   }
 
+  /// Makes `w` the layer's weight (inference only from then on) and frees the F32 one: how a
+  /// loader hands over BF16 bits that already exist, e.g. mapped straight from a checkpoint.
+  void adopt_weight_bf16(io::Bf16Matrix w, std::string name) {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
+      weight_bf16 = std::move(w);
+      weight = Tensor<T, DynShape<2>, D>{};
+      bf16_name_ = std::move(name);
+    } else {
+      throw ValueError("nn::Linear " + name + ": BF16-resident weights need float on the CPU");
+    }
+  }
+
   /// x [..., in] -> [..., out] (rank >= 2).
   template <class S>
   Tensor<T, DynShape<S::rank>, D> forward(const Tensor<T, S, D>& x) const {

@@ -5,6 +5,7 @@
 #include "ttmoe/backend/backend.hpp"
 #include "ttmoe/backend/cpu/attention.hpp"
 #include "ttmoe/backend/cpu/elementwise.hpp"
+#include "ttmoe/backend/cpu/embedding_bf16.hpp"
 #include "ttmoe/backend/cpu/gemm.hpp"
 #include "ttmoe/backend/cpu/indexing.hpp"
 #include "ttmoe/backend/cpu/linear_bf16.hpp"

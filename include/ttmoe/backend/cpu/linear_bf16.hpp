@@ -67,6 +67,37 @@ inline void bf16_row_dots(const std::uint16_t* wr, index_t half, const float* co
   }
 }
 
+/// Batch-1 (decode) dot products of NW consecutive BF16 weight rows (`w`, stride 2 * half) with
+/// ONE split activation row `xs`: each activation vector is loaded once for NW rows, and the NW
+/// weight streams are in flight together, which is what keeps a GEMV at memory bandwidth (one
+/// row at a time leaves the loads of the next row waiting behind the last FMAs of this one).
+template <index_t NW>
+inline void bf16_gemv_rows(const std::uint16_t* w, index_t half, const float* xs, float* sums) {
+  using fbatch = xsimd::batch<float>;
+  using ubatch = xsimd::batch<std::uint32_t>;
+  constexpr index_t L = fbatch::size;
+  const index_t stride = 2 * half;
+  fbatch even_acc[NW], odd_acc[NW];
+  for (index_t j = 0; j < NW; ++j) even_acc[j] = odd_acc[j] = fbatch(0.f);
+  const ubatch hi_mask(0xFFFF0000u);
+  index_t k = 0;
+  for (; k + L <= half; k += L) {
+    const fbatch xe = fbatch::load_unaligned(xs + k), xo = fbatch::load_unaligned(xs + half + k);
+    for (index_t j = 0; j < NW; ++j) {
+      const ubatch wv = ubatch::load_unaligned(reinterpret_cast<const AliasedWord*>(w + j * stride + 2 * k));
+      even_acc[j] = xsimd::fma(xsimd::bitwise_cast<fbatch>(wv << 16), xe, even_acc[j]);
+      odd_acc[j] = xsimd::fma(xsimd::bitwise_cast<fbatch>(wv & hi_mask), xo, odd_acc[j]);
+    }
+  }
+  for (index_t j = 0; j < NW; ++j) {
+    const std::uint16_t* wr = w + j * stride;
+    float s = xsimd::hadd(even_acc[j] + odd_acc[j]);
+    for (index_t t = k; t < half; ++t)
+      s += xs[t] * io::bf16_to_float(wr[2 * t]) + xs[half + t] * io::bf16_to_float(wr[2 * t + 1]);
+    sums[j] = s;
+  }
+}
+
 }  // namespace detail
 
 /// y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]) for r < rows; x [rows, w.cols],
@@ -89,6 +120,23 @@ inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, c
     if (residual) acc += residual[r * out + o];
     y[r * out + o] = acc;
   };
+  if (paired && rows == 1) {
+    // Decode: a GEMV over the output features, kDecodeRows weight rows per pass.
+    constexpr index_t kDecodeRows = 4;
+    parallel_for(out, 16, [&](index_t o0, index_t o1) {
+      float sums[kDecodeRows];
+      index_t o = o0;
+      for (; o + kDecodeRows <= o1; o += kDecodeRows) {
+        detail::bf16_gemv_rows<kDecodeRows>(w.bits + o * in, half, split.data(), sums);
+        for (index_t j = 0; j < kDecodeRows; ++j) finish(0, o + j, sums[j]);
+      }
+      for (; o < o1; ++o) {
+        detail::bf16_gemv_rows<1>(w.bits + o * in, half, split.data(), sums);
+        finish(0, o, sums[0]);
+      }
+    });
+    return;
+  }
   parallel_for(out, 16, [&](index_t o0, index_t o1) {
     for (index_t o = o0; o < o1; ++o) {
       const std::uint16_t* wr = w.bits + o * in;

@@ -1,0 +1,118 @@
+// Batch-1 BF16 decode (issue #14, "Performance"): the GEMVs of one Llama-3.2-1B decoder layer
+// (q, k, v, o, gate, up, down: 2048 wide, 8 KV heads, intermediate 8192) through
+// cpu_backend::linear_bf16, against a STREAM-style triad timed in the same process, in alternating
+// rounds so a shared machine's drift hits both alike. Prints `name: value` lines:
+//   bf16_gemv_gbps            weight bytes streamed per second (each weight read once per token)
+//   triad_gbps                c = a + s b over 3 x 64 MiB on the same thread pool
+//   bf16_gemv_fraction_of_triad   the ratio (issue target >= 0.85)
+// With `--rss DIR` it instead loads the HF folder DIR with BF16 weights (mapped), prefills a short
+// prompt into a 2048-token KV cache, decodes a few tokens and prints peak RSS (getrusage) over the
+// weight bytes on disk (issue target <= 1.15). Threads: $TTMOE_BENCH_THREADS (default 2).
+#include <ttmoe/models/llm.hpp>
+#include <ttmoe/ttmoe.hpp>
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+
+using namespace ttmoe;
+
+namespace {
+
+/// Peak RSS of this process so far in bytes (Linux reports ru_maxrss in KiB).
+double peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) * 1024.0;
+}
+
+/// Sum of the tensor bytes of every *.safetensors file in `dir` (the weights on disk).
+double weight_bytes_on_disk(const std::filesystem::path& dir) {
+  double total = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") {
+      io::SafetensorsFile f(e.path());
+      for (const auto& t : f.tensors()) total += double(t.bytes.size());
+    }
+  return total;
+}
+
+int rss_mode(const std::filesystem::path& dir) {
+  auto m = models::load_llama<float>(dir, models::WeightPrecision::bf16);
+  const double after_load = peak_rss_bytes();
+  auto cache = m.make_cache(1, std::min<index_t>(2048, m.config.max_position_embeddings));
+  std::vector<std::int64_t> prompt(64);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = std::int64_t((i * 7919) % m.config.vocab_size);
+  auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, prompt.size()), prompt);
+  auto h = m.forward_cached(ids, cache);
+  for (int t = 0; t < 8; ++t) {
+    auto one = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 1), {std::int64_t(t + 1)});
+    h = m.forward_cached(one, cache);
+    (void)m.logits(h);
+  }
+  const double weights = weight_bytes_on_disk(dir);
+  std::printf("weights_on_disk_mb: %.1f\npeak_rss_after_load_mb: %.1f\npeak_rss_mb: %.1f\n", weights / 1e6,
+              after_load / 1e6, peak_rss_bytes() / 1e6);
+  std::printf("peak_rss_over_weights: %.3f\n", peak_rss_bytes() / weights);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cpu_backend::set_num_threads(std::size_t(bench::env_int("TTMOE_BENCH_THREADS", 2)));
+  if (argc == 3 && std::string(argv[1]) == "--rss") return rss_mode(argv[2]);
+
+  // One decoder layer at Llama-3.2-1B widths: [out, in] of each projection.
+  const index_t hidden = 2048, kv = 512, inter = 8192;
+  const std::vector<std::pair<index_t, index_t>> shapes{{hidden, hidden}, {kv, hidden},    {kv, hidden},
+                                                        {hidden, hidden}, {inter, hidden}, {inter, hidden},
+                                                        {hidden, inter}};
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.f, 0.02f);
+  std::vector<io::Bf16Matrix> ws;
+  double weight_bytes = 0;
+  for (auto [o, i] : shapes) {
+    std::vector<float> v(std::size_t(o * i));
+    for (auto& x : v) x = d(rng);
+    ws.push_back(io::Bf16Matrix::from_floats(v.data(), o, i));
+    weight_bytes += double(ws.back().bytes());
+  }
+  std::vector<float> x(inter, 0.5f), y(inter);
+  auto layer = [&] {
+    for (const auto& w : ws) cpu_backend::linear_bf16(x.data(), 1, w, nullptr, nullptr, y.data());
+  };
+
+  const index_t n = index_t{1} << 24;  // 16M floats = 64 MiB per triad array
+  std::vector<float> a(n, 1.f), b(n, 2.f), c(n, 0.f);
+  const float s = 3.f;
+  auto triad = [&] {
+    cpu_backend::parallel_for(n, cpu_backend::kElementwiseGrain, [&](index_t lo, index_t hi) {
+      for (index_t i = lo; i < hi; ++i) c[i] = a[i] + s * b[i];
+    });
+  };
+  const double triad_bytes = 3.0 * sizeof(float) * double(n);
+
+  // Alternating rounds; each round times a few repetitions of each and keeps the rate.
+  const int rounds = bench::env_int("TTMOE_BENCH_REPS", 15);
+  std::vector<double> gemv_rate, triad_rate;
+  layer(), triad();  // warm-up: pool start, first touches
+  for (int r = 0; r < rounds; ++r) {
+    auto t0 = bench::Clock::now();
+    for (int k = 0; k < 8; ++k) layer();
+    gemv_rate.push_back(8 * weight_bytes / bench::seconds_since(t0));
+    t0 = bench::Clock::now();
+    for (int k = 0; k < 4; ++k) triad();
+    triad_rate.push_back(4 * triad_bytes / bench::seconds_since(t0));
+  }
+  const double g = bench::median(gemv_rate), t = bench::median(triad_rate);
+  std::printf("bf16_gemv_layer_mb: %.1f\nbf16_gemv_gbps: %.2f\ntriad_gbps: %.2f\nbf16_gemv_fraction_of_triad: %.3f\n",
+              weight_bytes / 1e6, g / 1e9, t / 1e9, g / t);
+  return 0;
+}
