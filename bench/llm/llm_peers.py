@@ -45,16 +45,24 @@ def run_llamacpp(args):
     llm = llama_cpp.Llama(model_path=args.model, n_ctx=args.cache, n_threads=args.threads,
                           n_threads_batch=args.threads, n_batch=args.prompt, n_ubatch=args.prompt,
                           logits_all=False, verbose=False)
-    ids = prompt_ids(args.prompt, llm.n_vocab())
+    vocab = llm.n_vocab()
+    ids = prompt_ids(args.prompt, vocab)
+
+    def greedy():
+        # Llama.eval keeps no logits without logits_all (its sampler reads them in C), so read the last
+        # position's row straight from the context.
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(vocab,))
+        return int(np.argmax(row))
+
     llama_cpp.llama_perf_context_reset(llm.ctx)
     t0 = time.perf_counter()
     llm.eval(ids)
-    tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    tok = greedy()
     prefill = time.perf_counter() - t0
     t0 = time.perf_counter()
     for _ in range(args.new):
         llm.eval([tok])
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = greedy()
     decode = time.perf_counter() - t0
     perf = llama_cpp.llama_perf_context(llm.ctx)
     print(f"prefill_s: {prefill:.4f}")
