@@ -54,7 +54,7 @@ for r in $(seq 1 "$rounds"); do
   bpt=$(field weight_bytes_per_token <<<"$c"); triad=$(field triad_gbs <<<"$c")
   rss=$(field peak_rss_mb <<<"$c"); wb=$(field weight_bytes <<<"$c")
   keep llm_prefill_speedup_vs_transformers_bf16 "$(div "$tp" "$cp")"
-  keep llm_decode_fraction_of_bandwidth_bf16 "$(div "$bpt * $ct" "$triad * 1e9")"
+  keep llm_decode_fraction_of_bandwidth_bf16 "$(div "($bpt * $ct)" "($triad * 1e9)")"
   keep llm_peak_rss_over_weights "$(div "$rss * 1048576" "$wb")"
   keep llm_transformers_bf16_prefill_s "$tp"; keep llm_triad_gbs "$triad"
   keep llm_ttmoe_bf16_peak_rss_mb "$rss"; keep llm_ttmoe_bf16_weight_bytes "$wb"
