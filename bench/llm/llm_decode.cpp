@@ -43,6 +43,16 @@ std::int64_t argmax_row(const Tensor<float, DynShape<2>>& logits) {
   return std::int64_t(best);
 }
 
+/// Whether an embedding table is kept as BF16; false for a library whose Embedding has no BF16 table
+/// (a template, so the member is looked up only where it exists).
+template <class E>
+bool table_is_bf16(const E& table) {
+  if constexpr (requires { table.weight_bf16.defined(); })
+    return table.weight_bf16.defined();
+  else
+    return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,8 +95,11 @@ int main(int argc, char** argv) {
                            double(c.hidden_size) * double(c.num_key_value_heads * c.head_dim) * 2 +
                            double(c.hidden_size) * double(c.intermediate_size) * 3;
   const double head = double(c.vocab_size) * double(c.hidden_size);
-  // The tied head reads the embedding table; in F32 or BF16 as it is kept (head_weight() is F32 here).
-  const double head_bytes = model.lm_head.weight_bf16.defined() ? 2.0 : 4.0;
+  // The head's precision as it is kept: an untied BF16 head, or a tied one reading a BF16 embedding
+  // table where the library keeps one (checked by `requires` so this builds before and after that).
+  const bool head_bf16 = model.lm_head.weight_bf16.defined() ||
+                         (c.tie_word_embeddings && table_is_bf16(model.model.embed_tokens));
+  const double head_bytes = head_bf16 ? 2.0 : 4.0;
   const double bytes_per_token = per_layer * double(c.num_hidden_layers) * wbytes + head * head_bytes;
 
   // Fixed prompt ids spread over the vocabulary (any ids do: the weights are random).
