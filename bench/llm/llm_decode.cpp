@@ -1,0 +1,135 @@
+// ttmoe side of `bench/report llm` (issue 14): loads a Llama HF folder (bench/llm/make_models.py), prefills
+// a 512-token prompt of fixed ids into a KV cache of 2048 positions, then greedy-decodes 128 tokens,
+// all on `--threads` threads, and prints `name: value` lines:
+//   prefill_s            the prompt's forward_cached + its last row's logits
+//   decode_tokens_per_s  new tokens / seconds of the decode steps (forward_cached of 1 token + logits + argmax)
+//   peak_rss_mb          VmHWM after decoding (weights + KV cache + activations)
+//   weight_bytes         bytes of the folder's *.safetensors files (the weights on disk)
+//   weight_bytes_per_token  bytes of the resident weights one decode step reads (every Linear and the head;
+//                        the embedding table counted once, as the tied head reads it; one row for the lookup)
+//   triad_gbs            STREAM triad c = a + s*b over 32M floats on the same thread pool, measured first
+//   bench_llm_decode DIR [--precision f32|bf16] [--threads 2] [--prompt 512] [--new 128] [--cache 2048]
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "../common.hpp"
+#include "../triad.hpp"
+#include "ttmoe/models/llama_hf.hpp"
+#include "ttmoe/ttmoe.hpp"
+
+using namespace ttmoe;
+
+namespace {
+
+/// Bytes of the safetensors files in dir: the weight bytes on disk the RSS figure is divided by.
+double safetensors_bytes(const std::filesystem::path& dir) {
+  double total = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") total += double(e.file_size());
+  return total;
+}
+
+/// Index of the largest of the last row's logits (greedy decoding).
+std::int64_t argmax_row(const Tensor<float, DynShape<2>>& logits) {
+  const auto v = logits.to_vector();
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < v.size(); ++i)
+    if (v[i] > v[best]) best = i;
+  return std::int64_t(best);
+}
+
+/// Whether an embedding table is kept as BF16; false for a library whose Embedding has no BF16 table
+/// (a template, so the member is looked up only where it exists).
+template <class E>
+bool table_is_bf16(const E& table) {
+  if constexpr (requires { table.weight_bf16.defined(); })
+    return table.weight_bf16.defined();
+  else
+    return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') {
+    std::fprintf(stderr, "usage: bench_llm_decode DIR [--precision f32|bf16] [--threads N] [--prompt N] [--new N] [--cache N]\n");
+    return 2;
+  }
+  const std::filesystem::path dir = argv[1];
+  std::string precision = "f32";
+  int threads = 2;
+  index_t prompt_len = 512, new_tokens = 128, cache_len = 2048;
+  for (int i = 2; i < argc; ++i) {
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(std::string("missing value after ") + argv[i]);
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--precision")) precision = next();
+    else if (!std::strcmp(argv[i], "--threads")) threads = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--prompt")) prompt_len = std::stol(next());
+    else if (!std::strcmp(argv[i], "--new")) new_tokens = std::stol(next());
+    else if (!std::strcmp(argv[i], "--cache")) cache_len = std::stol(next());
+    else {
+      std::fprintf(stderr, "bench_llm_decode: unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  if (prompt_len < 1 || new_tokens < 1 || prompt_len + new_tokens > cache_len) {
+    std::fprintf(stderr, "bench_llm_decode: need 1 <= prompt, 1 <= new and prompt + new <= cache\n");
+    return 2;
+  }
+  cpu_backend::set_num_threads(std::size_t(threads));
+  autograd::NoGrad ng;
+  const double triad = bench::triad_gbs();
+
+  const auto model = models::load_llama<float, cpu>(dir, models::parse_weight_precision(precision));
+  const auto& c = model.config;
+  // Weight bytes one decode step streams: every decoder Linear and the head at the resident precision.
+  const double wbytes = precision == "bf16" ? 2.0 : 4.0;
+  const double per_layer = double(c.hidden_size) * double(c.num_attention_heads * c.head_dim) * 2 +
+                           double(c.hidden_size) * double(c.num_key_value_heads * c.head_dim) * 2 +
+                           double(c.hidden_size) * double(c.intermediate_size) * 3;
+  const double head = double(c.vocab_size) * double(c.hidden_size);
+  // The head's precision as it is kept: an untied BF16 head, or a tied one reading a BF16 embedding
+  // table where the library keeps one (checked by `requires` so this builds before and after that).
+  const bool head_bf16 = model.lm_head.weight_bf16.defined() ||
+                         (c.tie_word_embeddings && table_is_bf16(model.model.embed_tokens));
+  const double head_bytes = head_bf16 ? 2.0 : 4.0;
+  const double bytes_per_token = per_layer * double(c.num_hidden_layers) * wbytes + head * head_bytes;
+
+  // Fixed prompt ids spread over the vocabulary (any ids do: the weights are random).
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(prompt_len));
+  for (index_t i = 0; i < prompt_len; ++i) ids[std::size_t(i)] = std::int64_t((1 + 7919 * i) % c.vocab_size);
+  auto cache = model.make_cache(1, cache_len);
+
+  auto t0 = bench::Clock::now();
+  auto h = model.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, prompt_len), ids), cache);
+  auto last = IndexTensor<DynShape<1>>::from_host(DynShape<1>(1), std::vector<std::int64_t>{std::int64_t(prompt_len) - 1});
+  std::int64_t tok = argmax_row(model.logits(index_select(h.reshape(DynShape<2>(prompt_len, c.hidden_size)), last)));
+  const double prefill_s = bench::seconds_since(t0);
+
+  std::int64_t checksum = tok;
+  t0 = bench::Clock::now();
+  for (index_t s = 0; s < new_tokens; ++s) {
+    auto step = model.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 1), std::vector<std::int64_t>{tok}), cache);
+    tok = argmax_row(model.logits(step.reshape(DynShape<2>(1, c.hidden_size))));
+    checksum = checksum * 31 + tok;
+  }
+  const double decode_s = bench::seconds_since(t0);
+
+  std::printf("prefill_s: %.4f\n", prefill_s);
+  std::printf("decode_tokens_per_s: %.4f\n", double(new_tokens) / decode_s);
+  std::printf("peak_rss_mb: %.1f\n", bench::status_mb("VmHWM:"));
+  std::printf("weight_bytes: %.0f\n", safetensors_bytes(dir));
+  std::printf("weight_bytes_per_token: %.0f\n", bytes_per_token);
+  std::printf("triad_gbs: %.3f\n", triad / 1e9);
+  std::fprintf(stderr, "(%s, %ld layers, %d threads, prompt %ld, %ld new tokens, cache %ld, tokens checksum %lld)\n",
+               precision.c_str(), long(c.num_hidden_layers), threads, long(prompt_len), long(new_tokens),
+               long(cache_len), (long long)checksum);
+  return 0;
+}
