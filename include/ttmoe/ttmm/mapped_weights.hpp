@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 
+#include "ttmoe/core/config.hpp"
 #include "ttmoe/core/error.hpp"
 #include "ttmoe/io/safetensors_file.hpp"
 
