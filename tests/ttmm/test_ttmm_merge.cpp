@@ -335,6 +335,22 @@ TEST_CASE("ttmm mapped restore: a checkpoint changed on disk is never trusted", 
     CHECK(bit_equal(snapshot(m), merged));
     CHECK_FALSE(bit_equal(snapshot(m), before));
   }
+  SECTION("a merge nested over another merge does not restore past it") {
+    auto [m, origin] = fresh();
+    auto e0 = ttmm_test::random_expert(m, 44), e1 = ttmm_test::random_expert(m, 45);
+    const auto before = snapshot(m);
+    {
+      ttmm::DenseMerge<> outer(m, {{&e0, 1.0}}, origin);
+      CHECK(outer.mapped_modules() == 14);
+      const auto merged_once = snapshot(m);
+      {
+        ttmm::DenseMerge<> inner(m, {{&e1, 1.0}}, origin);
+        CHECK(inner.mapped_modules() == 0);  // W is no longer the file's: GEMM + patch
+      }
+      CHECK(bit_equal(snapshot(m), merged_once));
+    }
+    CHECK(bit_equal(snapshot(m), before));
+  }
   SECTION("replaced by rename after the merge: the mapping keeps the old file, restore is exact") {
     auto [m, origin] = fresh();
     auto e0 = ttmm_test::random_expert(m, 43);

@@ -116,7 +116,9 @@ class DenseMerge {
   /// throw nn::CheckpointError (models::stack_adapters) before anything changes.
   /// With `origin` (the still-mapped checkpoint `m` was loaded from, CPU only), modules whose weight
   /// the file holds and which is unchanged on disk are merged by accumulation and restored from the
-  /// mapping; the others (and every module without `origin`) use the GEMM + patch path.
+  /// mapping; the others (and every module without `origin`) use the GEMM + patch path. A weight
+  /// whose first row differs from the file's (an adapter already merged beneath this merge, weights
+  /// trained in-process) also takes the GEMM + patch path, so nested merges restore in order.
   DenseMerge(models::LlamaForCausalLM<float, D>& m, const std::vector<models::WeightedAdapter<float, D>>& adapters,
              std::shared_ptr<const MappedBaseWeights> origin = nullptr)
       : modules_(models::stack_adapters(m, adapters)) {
@@ -124,7 +126,9 @@ class DenseMerge {
     const bool mapping_usable = std::is_same_v<D, cpu> && origin && origin->unchanged();
     for (auto& [name, sm] : modules_) {
       auto W = sm.linear->weight;  // shares storage: the merge is in place
-      if (mapping_usable && origin->holds(name + ".weight", W.extent(0), W.extent(1))) {
+      const std::string tensor = name + ".weight";
+      if (mapping_usable && origin->holds(tensor, W.extent(0), W.extent(1)) &&
+          origin->first_row_matches(tensor, std::span<const float>(W.data(), std::size_t(W.extent(1))))) {
         accumulate_product(W, sm.factors.B_cat, sm.factors.A_cat);
         from_mapping_.insert(name);
       } else {

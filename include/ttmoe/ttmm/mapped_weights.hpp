@@ -20,10 +20,12 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ttmoe/core/config.hpp"
 #include "ttmoe/core/error.hpp"
@@ -83,6 +85,17 @@ class MappedBaseWeights {
     if (!file_->contains(tensor)) return false;
     const auto& t = file_->info(tensor);
     return io::is_floating_dtype(t.dtype) && t.shape == std::vector<std::int64_t>{std::int64_t(rows), std::int64_t(cols)};
+  }
+
+  /// True when the first row of the stored `tensor` ([rows, cols], see holds) equals `row0` bit for
+  /// bit. A cheap guard (one row per module) that the model's weights are still the file's: a weight
+  /// that already carries a merged adapter or was trained in-process differs in nearly every element,
+  /// and restoring such a weight from the file would silently drop that change.
+  bool first_row_matches(const std::string& tensor, std::span<const float> row0) const {
+    const auto& t = file_->info(tensor);
+    std::vector<float> stored(row0.size());
+    io::detail::convert_floats<float>(t.dtype, t.bytes.data(), std::span<float>(stored));
+    return std::memcmp(stored.data(), row0.data(), row0.size() * sizeof(float)) == 0;
   }
 
   /// Writes the stored `tensor` into `dst` (converting to F32). Throws ValueError naming the file
