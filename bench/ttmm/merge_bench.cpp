@@ -3,8 +3,10 @@
 // beside it on a shared machine). Prints `name: value` lines for bench/ttmm/run_merge_bench.sh:
 //   ttmoe_merge_restore_s      dense merge of --experts rank-64 experts into all 7 linears of every
 //                              layer (ttmm::DenseMerge: one GEMM over the stacked factors per
-//                              module, in place) plus the exact restore (a second GEMM + patch)
-//   merge_limit_s              max(FLOPs of both GEMMs / GEMM peak, bytes / triad bandwidth), bytes
+//                              module, accumulated into W) plus the exact restore: with --checkpoint
+//                              a copy from the mapped BF16 checkpoint, without it a second GEMM + patch
+//   merge_limit_s              max(FLOPs of the GEMMs needed (1 mapped, 2 without) / GEMM peak,
+//                              bytes / triad bandwidth), bytes
 //                              = factors and weights read once, weights written once; the peak
 //                              (ttmoe::matmul 2048^3) and the triad (c = a + s b, 32M floats) are
 //                              measured in this process
@@ -15,18 +17,25 @@
 //   ttmm_mode_<n>              the mode the automatic rule chose (0 dense, 1 unmaterialised)
 // With --write-experts DIR it only writes the experts as PEFT folders DIR/expert_<k> (F32) for the
 // PyTorch peer (merge_peft.py) and exits.
+// With --checkpoint DIR the base model is saved there as a BF16 HF folder (Llama-3.2-1B ships in
+// BF16) unless DIR/model.safetensors exists, loaded back with models::load_llama and kept mapped
+// (ttmm::MappedBaseWeights) for the restores and the automatic choice.
 //   bench_ttmm_merge [--layers 4] [--experts 10] [--threads 2] [--write-experts DIR] [--overhead 3,10]
+//                    [--checkpoint DIR]
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ttmoe/ttmoe.hpp"
+#include "ttmoe/models/llama_hf.hpp"
 #include "ttmoe/ttmm/test_time_merge.hpp"
 
 using namespace ttmoe;
@@ -99,7 +108,7 @@ double decode_token_seconds(const models::LlamaForCausalLM<float>& m, int steps)
 int main(int argc, char** argv) {
   index_t layers = 4, n_experts = 10;
   int threads = 2;
-  std::string write_dir;
+  std::string write_dir, checkpoint;
   std::vector<index_t> overhead{3, 10};
   for (int i = 1; i < argc; ++i) {
     auto next = [&] {
@@ -113,6 +122,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--experts")) n_experts = index_t(std::stol(next()));
     else if (!std::strcmp(argv[i], "--threads")) threads = std::stoi(next());
     else if (!std::strcmp(argv[i], "--write-experts")) write_dir = next();
+    else if (!std::strcmp(argv[i], "--checkpoint")) checkpoint = next();
     else if (!std::strcmp(argv[i], "--overhead")) {
       overhead.clear();
       const auto s = next();
@@ -128,6 +138,13 @@ int main(int argc, char** argv) {
   }
   cpu_backend::set_num_threads(std::size_t(threads));
   models::LlamaForCausalLM<float> m(llama_1b_shapes(layers), 1);
+  std::shared_ptr<const ttmm::MappedBaseWeights> origin;
+  if (!checkpoint.empty()) {
+    if (!std::filesystem::exists(std::filesystem::path(checkpoint) / "model.safetensors"))
+      models::save_llama(m, checkpoint, io::DType::BF16);
+    m = models::load_llama<float>(checkpoint);
+    origin = ttmm::MappedBaseWeights::open_model_folder(checkpoint);
+  }
   std::vector<models::PeftAdapter<float>> experts;
   for (index_t k = 0; k < n_experts; ++k) experts.push_back(random_expert(m, 500 + std::uint64_t(k)));
   if (!write_dir.empty()) {
@@ -155,13 +172,13 @@ int main(int argc, char** argv) {
   double flops = 0, bytes = 0;
   for (const auto& [name, lin] : models::adaptable_linears(m)) {
     const double out = double(lin->weight.extent(0)), in = double(lin->weight.extent(1)), R = 64.0 * double(n_experts);
-    flops += 2.0 * (2.0 * R * out * in);  // merge and restore
+    flops += (origin ? 1.0 : 2.0) * (2.0 * R * out * in);  // merge, and restore unless mapped
     bytes += 4.0 * (R * (out + in) + 2.0 * out * in);
   }
   double merge_s = 1e30, patch_fraction = 0;
   for (int rep = 0; rep < 2; ++rep) {  // the first also warms the pools
     const auto t0 = clock_type::now();
-    ttmm::DenseMerge<> merge(m, ws);
+    ttmm::DenseMerge<> merge(m, ws, origin);
     patch_fraction = double(merge.patch_entries()) / double(merge.merged_elements());
     merge.restore();
     merge_s = std::min(merge_s, seconds_since(t0));
@@ -208,11 +225,11 @@ int main(int argc, char** argv) {
     std::vector<models::WeightedAdapter<float>> chosen;
     for (std::size_t i = 0; i < sel.experts.size(); ++i) chosen.push_back({&experts[sel.experts[i]], sel.weights[i]});
     models::LinearShapes shapes = models::linear_shapes(m);
-    const auto mode = ttmm::choose_merge_mode(shapes, 64 * n, 100, costs);
+    const auto mode = ttmm::choose_merge_mode(shapes, 64 * n, 100, costs, origin != nullptr);
     double cost = t_select;
     if (mode == ttmm::MergeMode::dense) {
       const auto t1 = clock_type::now();
-      ttmm::DenseMerge<> merge(m, chosen);
+      ttmm::DenseMerge<> merge(m, chosen, origin);
       merge.restore();
       cost += seconds_since(t1);
     } else {

@@ -7,7 +7,8 @@
 #                                bytes at the measured triad bandwidth)                            (<= 1.3)
 #   ttmm_overhead_tokens_3/10    selection + merge-or-apply + restore for 3 / 10 experts, automatic
 #                                choice, 100 generated tokens, in base-model decode tokens     (<= 10 / 20)
-# and the seconds behind them. Llama-3.2-1B widths with LAYERS layers (default 4 of the 16, so both
+# and the seconds behind them. ttmoe's base model is saved once as a BF16 checkpoint and loaded back
+# mapped (--checkpoint), so its restores copy from the mapping (ttmm/mapped_weights.hpp). Llama-3.2-1B widths with LAYERS layers (default 4 of the 16, so both
 # sides fit in memory on a shared machine; the merge scales linearly with the layers).
 #   [LAYERS=4] [TTMM_MERGE_BIN=prebuilt bench_ttmm_merge] bench/ttmm/run_merge_bench.sh [BUILD_DIR] [ROUNDS]
 set -euo pipefail
@@ -26,10 +27,10 @@ experts=$(mktemp -d)
 err=$(mktemp)
 trap 'rm -rf "$experts" "$err"' EXIT
 fail() { echo "run_merge_bench: $1 failed:" >&2; tail -20 "$err" >&2; exit 1; }
-"$bin" --layers "$layers" --write-experts "$experts" 2>"$err" || fail "writing the experts"
+"$bin" --layers "$layers" --write-experts "$experts" --checkpoint "$experts/base" 2>"$err" || fail "writing the experts"
 echo "# TTMM merge: Llama-3.2-1B widths, $layers layers, 10 rank-64 experts on all 7 linears, 2 threads per side, $rounds rounds"
 for r in $(seq 1 "$rounds"); do
-  c=$("$bin" --layers "$layers" --threads 2 2>"$err") || fail "$bin"
+  c=$("$bin" --layers "$layers" --threads 2 --checkpoint "$experts/base" 2>"$err") || fail "$bin"
   p=$(OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE "$torch_py" "$here/merge_peft.py" \
         --experts "$experts" --layers "$layers" --threads 2 2>"$err") || fail "the PEFT peer"
   cs=$(field ttmoe_merge_restore_s <<<"$c"); lim=$(field merge_limit_s <<<"$c"); ps=$(field peft_merge_restore_s <<<"$p")

@@ -223,7 +223,7 @@ inline std::vector<ttmoe::ttmm::MethodResult> run_methods(EvalSetup& s, const Ev
       finish(r, cost);
     }
   };
-  ttmm::TestTimeMerger merger(s.model, *s.store, std::size_t(1) << 30);
+  ttmm::TestTimeMerger merger(s.model, *s.store, std::size_t(1) << 30, ttmm::MappedBaseWeights::open_model_folder(o.model));
   for (const auto& method : methods) {
     if (method == "base") plain("base");
     if (method == "finetune") {

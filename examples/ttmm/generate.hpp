@@ -37,7 +37,7 @@ inline int run_generate(const GenerateOptions& o) {
     // Routing sees the prompt's first 50 tokens, as the authors' code embeds them.
     const std::vector<std::int64_t> head(prompt.begin(), prompt.begin() + std::ptrdiff_t(std::min<std::size_t>(prompt.size(), 50)));
     const auto q = store_embeddings(s, {head}).to_vector();
-    ttmm::TestTimeMerger merger(s.model, *s.store, std::size_t(1) << 30);
+    ttmm::TestTimeMerger merger(s.model, *s.store, std::size_t(1) << 30, ttmm::MappedBaseWeights::open_model_folder(o.model));
     auto active = merger.activate(q, o.max_new_tokens, ttmm::MergeMode::automatic, o.selection);
     const auto& sel = active.selection();
     if (sel.base_model()) {

@@ -5,7 +5,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -241,4 +244,127 @@ TEST_CASE("ttmm automatic mode: dense for long requests, unmaterialised for shor
   CHECK(measured.gemm_flops_per_second > 1e8);
   CHECK(measured.lowrank_bytes_per_second > 1e7);
   CHECK(&ttmm::calibrate_merge_costs() == &measured);  // cached
+}
+
+namespace {
+
+/// Overwrites the last 4 bytes of `file` in place (same inode and size) and moves its mtime on, as
+/// an editor or a careless `cp` over the checkpoint would.
+void rewrite_tail_in_place(const std::filesystem::path& file) {
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-4, std::ios::end);
+    const char junk[4] = {0x11, 0x22, 0x33, 0x44};
+    f.write(junk, 4);
+  }
+  std::filesystem::last_write_time(file, std::filesystem::last_write_time(file) + std::chrono::seconds(5));
+}
+
+}  // namespace
+
+TEST_CASE("ttmm mapped restore: bit-identical from F32 and BF16 checkpoints, no patch, no second GEMM", "[ttmm][merge]") {
+  const auto c = models::LlamaConfig::from_json(ttmm_test::tiny_llama_json());
+  ScratchDir tmp("ttmm_mapped_restore");
+  for (const io::DType dtype : {io::DType::F32, io::DType::BF16}) {
+    INFO("checkpoint " << io::dtype_name(dtype));
+    {
+      models::LlamaForCausalLM<float> src(c, 5);
+      models::save_llama(src, tmp.path / "base", dtype);
+    }
+    auto m = models::load_llama<float>(tmp.path / "base");
+    const auto origin = ttmm::MappedBaseWeights::open_model_folder(tmp.path / "base");
+    REQUIRE(origin != nullptr);
+    const auto before = snapshot(m);
+    auto e0 = ttmm_test::random_expert(m, 31), e1 = ttmm_test::random_expert(m, 32);
+    const std::vector<models::WeightedAdapter<float>> ws{{&e0, 0.6}, {&e1, 0.4}};
+    const auto ids = some_ids();
+    std::vector<float> by_patch, by_mapping;
+    {
+      ttmm::DenseMerge<> merge(m, ws);
+      by_patch = m.forward(ids).to_vector();
+    }
+    REQUIRE(bit_equal(snapshot(m), before));
+    {
+      ttmm::DenseMerge<> merge(m, ws, origin);
+      CHECK(merge.mapped_modules() == 14);
+      CHECK(merge.patch_entries() == 0);
+      CHECK_FALSE(bit_equal(snapshot(m), before));
+      by_mapping = m.forward(ids).to_vector();
+      merge.restore();
+      CHECK(bit_equal(snapshot(m), before));
+    }
+    // Accumulating inside the GEMM rounds once less than delta-then-add: same model to F32 noise.
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < by_patch.size(); ++i)
+      num += double(by_patch[i] - by_mapping[i]) * (by_patch[i] - by_mapping[i]), den += double(by_patch[i]) * by_patch[i];
+    CHECK(std::sqrt(num / den) < 1e-5);
+  }
+}
+
+TEST_CASE("ttmm mapped restore: a checkpoint changed on disk is never trusted", "[ttmm][merge]") {
+  const auto c = models::LlamaConfig::from_json(ttmm_test::tiny_llama_json());
+  ScratchDir tmp("ttmm_mapped_changed");
+  const auto file = tmp.path / "base" / "model.safetensors";
+  auto fresh = [&] {
+    models::LlamaForCausalLM<float> src(c, 6);
+    models::save_llama(src, tmp.path / "base");
+    return std::make_pair(models::load_llama<float>(tmp.path / "base"),
+                          ttmm::MappedBaseWeights::open_model_folder(tmp.path / "base"));
+  };
+  SECTION("rewritten in place before the merge: the merge falls back to GEMM + patch") {
+    auto [m, origin] = fresh();
+    auto e0 = ttmm_test::random_expert(m, 41);
+    const auto before = snapshot(m);
+    rewrite_tail_in_place(file);
+    CHECK_FALSE(origin->unchanged());
+    {
+      ttmm::DenseMerge<> merge(m, {{&e0, 1.0}}, origin);
+      CHECK(merge.mapped_modules() == 0);
+    }
+    CHECK(bit_equal(snapshot(m), before));
+  }
+  SECTION("rewritten in place after the merge: restore refuses and leaves the weights merged") {
+    auto [m, origin] = fresh();
+    auto e0 = ttmm_test::random_expert(m, 42);
+    const auto before = snapshot(m);
+    ttmm::DenseMerge<> merge(m, {{&e0, 1.0}}, origin);
+    CHECK(merge.mapped_modules() == 14);
+    const auto merged = snapshot(m);
+    rewrite_tail_in_place(file);
+    CHECK_THROWS_AS(merge.restore(), ValueError);
+    CHECK(bit_equal(snapshot(m), merged));
+    CHECK_FALSE(bit_equal(snapshot(m), before));
+  }
+  SECTION("a merge nested over another merge does not restore past it") {
+    auto [m, origin] = fresh();
+    auto e0 = ttmm_test::random_expert(m, 44), e1 = ttmm_test::random_expert(m, 45);
+    const auto before = snapshot(m);
+    {
+      ttmm::DenseMerge<> outer(m, {{&e0, 1.0}}, origin);
+      CHECK(outer.mapped_modules() == 14);
+      const auto merged_once = snapshot(m);
+      {
+        ttmm::DenseMerge<> inner(m, {{&e1, 1.0}}, origin);
+        CHECK(inner.mapped_modules() == 0);  // W is no longer the file's: GEMM + patch
+      }
+      CHECK(bit_equal(snapshot(m), merged_once));
+    }
+    CHECK(bit_equal(snapshot(m), before));
+  }
+  SECTION("replaced by rename after the merge: the mapping keeps the old file, restore is exact") {
+    auto [m, origin] = fresh();
+    auto e0 = ttmm_test::random_expert(m, 43);
+    const auto before = snapshot(m);
+    {
+      ttmm::DenseMerge<> merge(m, {{&e0, 1.0}}, origin);
+      {
+        models::LlamaForCausalLM<float> other(c, 99);
+        models::save_llama(other, tmp.path / "other");
+      }
+      std::filesystem::rename(tmp.path / "other" / "model.safetensors", file);
+      CHECK(origin->unchanged());
+      merge.restore();
+    }
+    CHECK(bit_equal(snapshot(m), before));
+  }
 }

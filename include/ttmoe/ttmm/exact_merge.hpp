@@ -9,17 +9,29 @@
 // of ttmerge's full clone of the weights. The price is a second GEMM at restore time; the GEMM is
 // deterministic (same shapes, same code path), and a checksum of delta taken at merge time is
 // compared at restore so a different delta can never silently corrupt the weights.
+//
+// When the base weights came from a checkpoint that is still mapped (ttmm/mapped_weights.hpp),
+// none of that is needed: the merge accumulates B_cat A_cat straight into W (the GEMM's beta = 1
+// epilogue: no delta temporary, no separate add, no patch) and restore reads the original weights
+// back from the mapping (one pass, no GEMM). The GEMM + patch path stays for weights without a
+// mapping (trained in-process, sharded checkpoints) or whose file changed on disk before the merge.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ttmoe/backend/backend.hpp"
 #include "ttmoe/models/llama_lora.hpp"
 #include "ttmoe/moe/lora_merge.hpp"
+#include "ttmoe/ttmm/mapped_weights.hpp"
 
 namespace ttmoe::ttmm {
 
@@ -82,6 +94,17 @@ void undo_exact(Tensor<T, DynShape<2>, D>& W, const Tensor<float, DynShape<2>, D
   for (const auto& [i, v] : u.patch) w[i] = v;
 }
 
+/// W += B A in place through the GEMM's accumulate epilogue (W [out, in], B [out, R], A [R, in]):
+/// one pass over W, no temporary.
+template <class D>
+void accumulate_product(Tensor<float, DynShape<2>, D>& W, const Tensor<float, DynShape<2>, D>& B,
+                        const Tensor<float, DynShape<2>, D>& A) {
+  if (W.extent(0) != B.extent(0) || W.extent(1) != A.extent(1) || B.extent(1) != A.extent(0))
+    throw ShapeError("accumulate_product: W [out, in] += B [out, R] A [R, in] shapes differ");
+  const index_t out = W.extent(0), in = W.extent(1), r = A.extent(0);
+  Backend<D>::gemm(false, false, out, in, r, 1.0f, B.data(), r, A.data(), in, 1.0f, W.data(), in);
+}
+
 /// Experts merged densely into a Llama-family model, in place: every adapted Linear's weight
 /// becomes W + sum_k w_k s_k B_k A_k. restore() (or the destructor) gives the weights back bit for
 /// bit, keeping only the stacked factors and the sparse patches meanwhile. Attachments nest like
@@ -91,35 +114,69 @@ class DenseMerge {
  public:
   /// Merges `adapters` into `m` (which must outlive this object). Adapters that do not fit `m`
   /// throw nn::CheckpointError (models::stack_adapters) before anything changes.
-  DenseMerge(models::LlamaForCausalLM<float, D>& m, const std::vector<models::WeightedAdapter<float, D>>& adapters)
+  /// With `origin` (the still-mapped checkpoint `m` was loaded from, CPU only), modules whose weight
+  /// the file holds and which is unchanged on disk are merged by accumulation and restored from the
+  /// mapping; the others (and every module without `origin`) use the GEMM + patch path. A weight
+  /// whose first row differs from the file's (an adapter already merged beneath this merge, weights
+  /// trained in-process) also takes the GEMM + patch path, so nested merges restore in order.
+  DenseMerge(models::LlamaForCausalLM<float, D>& m, const std::vector<models::WeightedAdapter<float, D>>& adapters,
+             std::shared_ptr<const MappedBaseWeights> origin = nullptr)
       : modules_(models::stack_adapters(m, adapters)) {
     autograd::NoGrad ng;
+    const bool mapping_usable = std::is_same_v<D, cpu> && origin && origin->unchanged();
     for (auto& [name, sm] : modules_) {
       auto W = sm.linear->weight;  // shares storage: the merge is in place
-      undo_[name] = add_exact(W, moe::merged_delta(sm.factors));
+      const std::string tensor = name + ".weight";
+      if (mapping_usable && origin->holds(tensor, W.extent(0), W.extent(1)) &&
+          origin->first_row_matches(tensor, std::span<const float>(W.data(), std::size_t(W.extent(1))))) {
+        accumulate_product(W, sm.factors.B_cat, sm.factors.A_cat);
+        from_mapping_.insert(name);
+      } else {
+        undo_[name] = add_exact(W, moe::merged_delta(sm.factors));
+      }
     }
+    if (!from_mapping_.empty()) origin_ = std::move(origin);
   }
   DenseMerge(const DenseMerge&) = delete;
   DenseMerge& operator=(const DenseMerge&) = delete;
-  DenseMerge(DenseMerge&& o) noexcept : modules_(std::move(o.modules_)), undo_(std::move(o.undo_)) { o.modules_.clear(); }
+  DenseMerge(DenseMerge&& o) noexcept
+      : modules_(std::move(o.modules_)), undo_(std::move(o.undo_)), from_mapping_(std::move(o.from_mapping_)),
+        origin_(std::move(o.origin_)) {
+    o.modules_.clear();
+  }
   DenseMerge& operator=(DenseMerge&&) = delete;
   ~DenseMerge() {
     try {
       restore();
-    } catch (...) {  // undo_exact never fails for a deterministic GEMM; a destructor must not throw
+    } catch (...) {  // only a checkpoint rewritten in place since loading fails here; a destructor must not throw
     }
   }
 
-  /// Gives every merged weight back exactly (a no-op the second time).
+  /// Gives every merged weight back exactly (a no-op the second time). A merge that relied on the
+  /// mapping throws ValueError, before changing anything, when the file was rewritten in place since
+  /// it was opened (see ttmm/mapped_weights.hpp); the weights then stay merged.
   void restore() {
     autograd::NoGrad ng;
+    if (origin_ && !origin_->unchanged())
+      throw ValueError("DenseMerge::restore: " + origin_->path().string() +
+                       " was modified in place since loading; refusing to restore from it (weights left merged)");
     for (auto it = modules_.rbegin(); it != modules_.rend(); ++it) {
       auto W = it->second.linear->weight;
-      undo_exact(W, moe::merged_delta(it->second.factors), undo_.at(it->first));
+      if (from_mapping_.count(it->first) != 0) {
+        if constexpr (std::is_same_v<D, cpu>)
+          origin_->read_back(it->first + ".weight", std::span<float>(W.data(), std::size_t(W.numel())));
+      } else {
+        undo_exact(W, moe::merged_delta(it->second.factors), undo_.at(it->first));
+      }
     }
     modules_.clear();
     undo_.clear();
+    from_mapping_.clear();
+    origin_.reset();
   }
+
+  /// How many modules restore from the mapped checkpoint (the rest use GEMM + patch).
+  std::size_t mapped_modules() const { return from_mapping_.size(); }
 
   /// How many Linear modules the merge changed.
   std::size_t module_count() const { return modules_.size(); }
@@ -139,6 +196,8 @@ class DenseMerge {
  private:
   std::map<std::string, models::StackedModule<float, D>> modules_;
   std::map<std::string, ExactUndo<float>> undo_;
+  std::set<std::string> from_mapping_;             ///< modules merged by accumulation, restored from origin_
+  std::shared_ptr<const MappedBaseWeights> origin_;  ///< held only while some module relies on it
 };
 
 }  // namespace ttmoe::ttmm

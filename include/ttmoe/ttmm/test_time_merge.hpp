@@ -2,12 +2,17 @@
 // TTMM at test time: select experts for a prompt's embedding, fetch them through the LRU cache and
 // put them on the base model for one request, either
 //  (a) dense: merged into the weights in place (ttmm/exact_merge.hpp; exact restore afterwards), a
-//      one-off cost of two GEMMs per adapted Linear (merge and restore), then base-model speed; or
+//      one-off cost of two GEMMs per adapted Linear (merge and restore), or one GEMM and a copy when
+//      the checkpoint is still mapped (ttmm/mapped_weights.hpp), then base-model speed; or
 //  (b) unmaterialised: one rank-(sum r_k) adapter beside the weights (models::AttachedAdapters in
 //      unmerged mode), no one-off cost but two thin GEMMs per Linear for every token.
 // (c) automatic: the cheaper of the two for the number of tokens the request will run, from costs
 //     measured once per process (calibrate_merge_costs, cached):
-//       dense          = 2 * sum over modules of 2 R out in  /  GEMM FLOP/s
+//       dense          = g * sum over modules of 2 R out in  /  GEMM FLOP/s
+//                        + (mapped restore) sum over modules of 8 out in  /  low-rank bytes/s
+//         g = 2 (merge GEMM + restore GEMM) without a mapped checkpoint, 1 with one: the restore
+//         then reads the weights back from the mapping (4 bytes read, 4 written per element,
+//         priced at the bandwidth the batch-1 measurement sees);
 //       unmaterialised = tokens * sum over modules of R (in + out) * 4 bytes  /  low-rank bytes/s
 //     where R = sum r_k; decode at batch 1 streams the factors once per token, so (b) is priced
 //     by bytes, (a) by FLOPs. Dense wins for long generations and few, large modules' deltas.
@@ -78,14 +83,17 @@ const MergeCosts& calibrate_merge_costs() {
 /// The automatic rule (see the header comment): dense when its one-off cost is below the
 /// per-token cost of the unmaterialised adapter times `tokens`. `shapes` are the [out, in] of the
 /// adapted modules, `total_rank` R = sum r_k.
+/// `mapped_restore`: the restore copies from the mapped checkpoint instead of a second GEMM.
 inline MergeMode choose_merge_mode(const models::LinearShapes& shapes, index_t total_rank, index_t tokens,
-                                   const MergeCosts& costs) {
-  double flops = 0, bytes = 0;
+                                   const MergeCosts& costs, bool mapped_restore = false) {
+  const double gemms = mapped_restore ? 1.0 : 2.0;
+  double flops = 0, bytes = 0, restore_bytes = 0;
   for (const auto& [name, s] : shapes) {
-    flops += 2.0 * 2.0 * double(total_rank) * double(s.first) * double(s.second);
+    flops += gemms * 2.0 * double(total_rank) * double(s.first) * double(s.second);
     bytes += double(total_rank) * double(s.first + s.second) * 4.0;
+    if (mapped_restore) restore_bytes += 8.0 * double(s.first) * double(s.second);
   }
-  const double dense = flops / costs.gemm_flops_per_second;
+  const double dense = flops / costs.gemm_flops_per_second + restore_bytes / costs.lowrank_bytes_per_second;
   const double unmaterialised = double(tokens) * bytes / costs.lowrank_bytes_per_second;
   return dense < unmaterialised ? MergeMode::dense : MergeMode::unmaterialised;
 }
@@ -129,8 +137,11 @@ template <class D = cpu>
 class TestTimeMerger {
  public:
   /// `model` and `store` must outlive the merger; `cache_bytes` bounds the experts kept in memory.
-  TestTimeMerger(models::LlamaForCausalLM<float, D>& model, const ExpertStore& store, std::size_t cache_bytes)
-      : model_(&model), store_(&store), cache_(store, cache_bytes) {}
+  /// `origin`: the mapped checkpoint `model` was loaded from (MappedBaseWeights::open_model_folder),
+  /// so dense merges restore by copying from it; nullptr keeps the GEMM + patch restore.
+  TestTimeMerger(models::LlamaForCausalLM<float, D>& model, const ExpertStore& store, std::size_t cache_bytes,
+                 std::shared_ptr<const MappedBaseWeights> origin = nullptr)
+      : model_(&model), store_(&store), cache_(store, cache_bytes), origin_(std::move(origin)) {}
 
   /// Selects experts for the query embedding `q` and puts them on the model for a request of
   /// `tokens` tokens in `mode` (automatic: calibrate_merge_costs and choose_merge_mode).
@@ -152,10 +163,10 @@ class TestTimeMerger {
         for (const auto& [name, m] : h->modules) adapted[name] = all.at(name);
       index_t rank = 0;
       for (const auto& h : held) rank += h->modules.empty() ? 0 : h->modules.begin()->second.rank();
-      mode = choose_merge_mode(adapted, rank, tokens, calibrate_merge_costs<D>());
+      mode = choose_merge_mode(adapted, rank, tokens, calibrate_merge_costs<D>(), origin_ && origin_->unchanged());
     }
     a.mode_ = mode;
-    if (mode == MergeMode::dense) a.dense_ = std::make_unique<DenseMerge<D>>(*model_, weighted);
+    if (mode == MergeMode::dense) a.dense_ = std::make_unique<DenseMerge<D>>(*model_, weighted, origin_);
     else a.unmerged_ = std::make_unique<models::AttachedAdapters<float, D>>(*model_, weighted, models::LoraMode::unmerged);
     return a;
   }
@@ -167,6 +178,7 @@ class TestTimeMerger {
   models::LlamaForCausalLM<float, D>* model_;
   const ExpertStore* store_;
   ExpertCache cache_;
+  std::shared_ptr<const MappedBaseWeights> origin_;
 };
 
 }  // namespace ttmoe::ttmm
