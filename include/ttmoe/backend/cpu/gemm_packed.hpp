@@ -59,7 +59,7 @@ struct PackedIsa {
         : idx(_mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(int(first_row)),
                                                   _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
                                  _mm512_set1_epi32(int(ld)))),
-          live(live_rows >= 16 ? __mmask16(0xFFFF) : live_rows <= 0 ? __mmask16(0) : __mmask16((1u << live_rows) - 1u)) {}
+          live(live_rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << live_rows) - 1u)) {}
     reg load(const float* base) const { return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, base, 4); }
   };
 };
@@ -270,8 +270,11 @@ inline void pack_b(bool tb, const float* B, index_t ldb, index_t k0, index_t kc,
       }
     } else {  // op(B)(k, n) = B[n, k]: per k, gather one value from each of W rows of B per vector
       const float* base = B + (n0 + j) * ldb + k0;
+      // Rows of B behind vector v of this sliver: w - W v, or none. index_t is unsigned, so w - W v
+      // for a narrow last sliver would wrap to a huge count, enable every lane and gather rows past B.
+      const auto live_rows = [w](int first) { return w > index_t(first) ? w - index_t(first) : index_t(0); };
       const std::array<typename V::ColumnGather, NV> cols = [&]<int... v>(std::integer_sequence<int, v...>) {
-        return std::array<typename V::ColumnGather, NV>{typename V::ColumnGather(W * v, w - W * v, ldb)...};
+        return std::array<typename V::ColumnGather, NV>{typename V::ColumnGather(W * v, live_rows(W * v), ldb)...};
       }(std::make_integer_sequence<int, NV>{});
       for (index_t k = 0; k < kc; ++k)
         for (int v = 0; v < NV; ++v) V::store(o + k * NR + W * v, cols[std::size_t(v)].load(base + k));
