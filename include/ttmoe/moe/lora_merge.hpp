@@ -36,6 +36,17 @@ Tensor<T, DynShape<2>, D> merged_delta(const StackedLoRA<T, D>& s) {
   return matmul(s.B_cat, s.A_cat);
 }
 
+/// (a) in place: W [out, in] += B_cat A_cat through the GEMM's accumulate (beta = 1), one pass over
+/// W and no [out, in] temporary. Exact undo needs the original W from elsewhere (a copy, a patch or
+/// the checkpoint it was loaded from): W + delta - delta is not W in floating point.
+template <class T, class D>
+void add_merged_delta(Tensor<T, DynShape<2>, D>& W, const StackedLoRA<T, D>& s) {
+  if (W.extent(0) != s.B_cat.extent(0) || W.extent(1) != s.A_cat.extent(1) || s.B_cat.extent(1) != s.A_cat.extent(0))
+    throw ShapeError("add_merged_delta: W [out, in] += B_cat [out, R] A_cat [R, in] shapes differ");
+  const index_t out = W.extent(0), in = W.extent(1), r = s.A_cat.extent(0);
+  Backend<D>::gemm(false, false, out, in, r, T(1), s.B_cat.data(), r, s.A_cat.data(), in, T(1), W.data(), in);
+}
+
 /// (b) y = x W^T + (x A_cat^T) B_cat^T for x [N, in] and base W [out, in].
 template <class T, class D>
 Tensor<T, DynShape<2>, D> apply_stacked(const Tensor<T, DynShape<2>, D>& x, const Tensor<T, DynShape<2>, D>& W,

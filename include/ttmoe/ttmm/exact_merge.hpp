@@ -28,7 +28,6 @@
 #include <utility>
 #include <vector>
 
-#include "ttmoe/backend/backend.hpp"
 #include "ttmoe/models/llama_lora.hpp"
 #include "ttmoe/moe/lora_merge.hpp"
 #include "ttmoe/ttmm/mapped_weights.hpp"
@@ -94,17 +93,6 @@ void undo_exact(Tensor<T, DynShape<2>, D>& W, const Tensor<float, DynShape<2>, D
   for (const auto& [i, v] : u.patch) w[i] = v;
 }
 
-/// W += B A in place through the GEMM's accumulate epilogue (W [out, in], B [out, R], A [R, in]):
-/// one pass over W, no temporary.
-template <class D>
-void accumulate_product(Tensor<float, DynShape<2>, D>& W, const Tensor<float, DynShape<2>, D>& B,
-                        const Tensor<float, DynShape<2>, D>& A) {
-  if (W.extent(0) != B.extent(0) || W.extent(1) != A.extent(1) || B.extent(1) != A.extent(0))
-    throw ShapeError("accumulate_product: W [out, in] += B [out, R] A [R, in] shapes differ");
-  const index_t out = W.extent(0), in = W.extent(1), r = A.extent(0);
-  Backend<D>::gemm(false, false, out, in, r, 1.0f, B.data(), r, A.data(), in, 1.0f, W.data(), in);
-}
-
 /// Experts merged densely into a Llama-family model, in place: every adapted Linear's weight
 /// becomes W + sum_k w_k s_k B_k A_k. restore() (or the destructor) gives the weights back bit for
 /// bit, keeping only the stacked factors and the sparse patches meanwhile. Attachments nest like
@@ -129,7 +117,7 @@ class DenseMerge {
       const std::string tensor = name + ".weight";
       if (mapping_usable && origin->holds(tensor, W.extent(0), W.extent(1)) &&
           origin->first_row_matches(tensor, std::span<const float>(W.data(), std::size_t(W.extent(1))))) {
-        accumulate_product(W, sm.factors.B_cat, sm.factors.A_cat);
+        moe::add_merged_delta(W, sm.factors);
         from_mapping_.insert(name);
       } else {
         undo_[name] = add_exact(W, moe::merged_delta(sm.factors));
