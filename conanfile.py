@@ -26,12 +26,13 @@ required_conan_version = ">=2.0"
 class TtmoeConan(ConanFile):
     name = "ttmoe"
     description = "Header-only C++20 tensors with fused expressions and autograd for test-time mixture-of-experts"
+    license = "Apache-2.0"
     topics = ("tensor", "autograd", "mixture-of-experts", "header-only", "simd")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
     options = {"blas": [True, False], "cuda": [True, False]}
     default_options = {"blas": False, "cuda": False}
-    exports_sources = "CMakeLists.txt", "cmake/*", "include/*"
+    exports_sources = "CMakeLists.txt", "LICENSE", "cmake/*", "include/*"
     no_copy_source = True
 
     def set_version(self):
@@ -78,6 +79,7 @@ class TtmoeConan(ConanFile):
         # Consumers get their targets from package_info (CMakeDeps), not from the CMake config files;
         # the build module that resolves platform-provided dependencies goes in their place.
         rmdir(self, os.path.join(self.package_folder, "share"))
+        copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
         for module in ("ttmoeConanDeps.cmake", "ttmoeDependencies.cmake"):
             copy(self, module, os.path.join(self.source_folder, "cmake"),
                  os.path.join(self.package_folder, "lib", "cmake", "ttmoe"))

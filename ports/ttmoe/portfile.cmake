@@ -26,6 +26,5 @@ vcpkg_cmake_install()
 vcpkg_cmake_config_fixup(CONFIG_PATH share/cmake/ttmoe)
 
 file(INSTALL "${CMAKE_CURRENT_LIST_DIR}/usage" DESTINATION "${CURRENT_PACKAGES_DIR}/share/${PORT}")
-# The project has no LICENSE file yet; vcpkg requires a copyright file, which says so.
-file(WRITE "${CURRENT_PACKAGES_DIR}/share/${PORT}/copyright"
-  "ttmoe declares no license yet (no LICENSE file in the repository); ask its authors before redistributing.\n")
+# vcpkg requires share/<port>/copyright: the repository's LICENSE (Apache-2.0).
+vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")

@@ -1,5 +1,5 @@
 # vcpkg_port: runs ports/ttmoe/portfile.cmake itself, in script mode as vcpkg does, with stand-ins for
-# the four vcpkg helpers it calls (vcpkg's tool and scripts cannot be fetched here). The stand-ins do
+# the five vcpkg helpers it calls (vcpkg's tool and scripts cannot be fetched here). The stand-ins do
 # what vcpkg's documentation says those helpers do, with the portfile's own arguments:
 #   vcpkg_check_features       FEATURES <feature> <option>... -> -D<option>=ON for requested features,
 #                              -D<option>=OFF for the others
@@ -8,6 +8,7 @@
 #   vcpkg_cmake_install        cmake --build <rel> --target install
 #   vcpkg_cmake_config_fixup   moves <packages>/CONFIG_PATH to <packages>/share/<port> and rewrites the
 #                              installed-prefix computation of its .cmake files for the new depth
+#   vcpkg_install_copyright    FILE_LIST <file>... -> share/<port>/copyright (the files concatenated)
 # Then it checks the package layout vcpkg's post-build checks require (share/<port>/copyright, usage, no
 # leftover CONFIG_PATH, no debug tree) and builds tests/packaging/consumer against the result with
 # find_package(ttmoe CONFIG REQUIRED) from share/ttmoe, as a vcpkg user's CMake would.
@@ -84,6 +85,19 @@ function(vcpkg_cmake_config_fixup)
   endforeach()
 endfunction()
 
+function(vcpkg_install_copyright)
+  cmake_parse_arguments(A "" "" "FILE_LIST" ${ARGN})
+  set(_text "")
+  foreach(f IN LISTS A_FILE_LIST)
+    if(NOT EXISTS ${f})
+      message(FATAL_ERROR "[${PACKAGING_TEST}] FAILED: vcpkg_install_copyright: '${f}' does not exist")
+    endif()
+    file(READ ${f} _one)
+    string(APPEND _text "${_one}")
+  endforeach()
+  file(WRITE ${CURRENT_PACKAGES_DIR}/share/${PORT}/copyright "${_text}")
+endfunction()
+
 # One run of the portfile as vcpkg would run it for the feature list FEATURES.
 function(run_port pass)
   set(PORT ttmoe)
@@ -99,6 +113,11 @@ function(run_port pass)
       message(FATAL_ERROR "[${PACKAGING_TEST}] FAILED (${pass}): the package lacks ${f}")
     endif()
   endforeach()
+  file(READ ${CURRENT_PACKAGES_DIR}/share/ttmoe/copyright _copyright)
+  file(READ ${SOURCE_DIR}/LICENSE _license)
+  if(NOT _copyright STREQUAL _license)
+    message(FATAL_ERROR "[${PACKAGING_TEST}] FAILED (${pass}): share/ttmoe/copyright is not the repository's LICENSE")
+  endif()
   foreach(d share/cmake debug)
     if(EXISTS ${CURRENT_PACKAGES_DIR}/${d})
       message(FATAL_ERROR "[${PACKAGING_TEST}] FAILED (${pass}): the package still has ${d}/ (vcpkg's post-build checks reject it)")
