@@ -5,7 +5,10 @@
 #         [-DJOBS=2] -P sanitizers.cmake
 # The build folder is kept between runs (incremental rebuilds). With TTMOE_SANITIZE each suite is a unity
 # build (one TU per suite, tests/CMakeLists.txt): at -O0 under ASan+UBSan a suite's TUs otherwise each
-# emit and instrument the same inline functions and templates (test_data 26 instead of 50 CPU-s).
+# emit and instrument the same inline functions and templates (test_data 26 instead of 50 CPU-s). Suites
+# that drive the same model code share one such TU across suites (SANITIZE_GROUP, tests/CMakeLists.txt):
+# `--target test_llama_unit` then builds test_sanitized_llama, which holds the cases of test_llama_unit,
+# test_llama_bf16, test_ttmm_store and test_ttmm_merge, each still run on its own by ctest.
 set(PACKAGING_TEST sanitizers)
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 if(NOT JOBS)
