@@ -105,6 +105,16 @@ Results layers() {
     add_grads(r, "attention_mlp", {"x", "qkv_w", "proj_w", "fc1_w", "fc2_b"}, x, attn.qkv.weight, attn.proj.weight,
               mlp.fc1.weight, mlp.fc2.bias);
   }
+  {
+    // More samples than heads: the unfused attention batches each head over the samples.
+    auto xw = make<T, D>(DynShape<3>(5, 6, 16), 74).set_requires_grad();
+    nn::Attention<T, D> attn(16, 4, 75);
+    autograd::Tape tape;
+    auto y = attn(xw);
+    r.emplace_back("attention_wide.y", host(y));
+    autograd::backward(tape, sum_all(square(y)));
+    add_grads(r, "attention_wide", {"x", "qkv_w"}, xw, attn.qkv.weight);
+  }
   x.zero_grad();
   {
     nn::LlamaAttention<T, D> attn(16, 4, 2, 73);
@@ -382,6 +392,22 @@ std::string finite_difference_cases(double tol = 1e-6) {
   auto qkv = make<T, D>(DynShape<3>(2, 5, 24), 144).set_requires_grad();
   auto up3 = make<T, D>(DynShape<3>(2, 5, 8), 145);
   run("fused_qkv_attention", qkv, [&] { return eval(sum_all(fused_qkv_attention(qkv, 2, T(0.5)) * up3)); });
+  // The unfused path's launch grid: more samples than heads (one launch per head over the samples),
+  // fewer (one per sample over the heads), and a backward whose scratch holds one sample at a time.
+  auto qkv_wide = make<T, D>(DynShape<3>(3, 4, 12), 148).set_requires_grad();
+  auto up_wide = make<T, D>(DynShape<3>(3, 4, 4), 149);
+  auto wide = [&] { return eval(sum_all(fused_qkv_attention(qkv_wide, 2, T(0.7)) * up_wide)); };
+  run("fused_qkv_attention, samples > heads", qkv_wide, wide);
+  auto qkv_tall = make<T, D>(DynShape<3>(2, 4, 18), 150).set_requires_grad();
+  auto up_tall = make<T, D>(DynShape<3>(2, 4, 6), 151);
+  run("fused_qkv_attention, samples < heads", qkv_tall,
+      [&] { return eval(sum_all(fused_qkv_attention(qkv_tall, 3, T(0.7)) * up_tall)); });
+  {
+    const index_t keep = detail::attention_scratch_elements;
+    detail::attention_scratch_elements = 2 * 4 * 4;  // heads x T x T: one sample per chunk
+    run("fused_qkv_attention, backward in one-sample chunks", qkv_wide, wide);
+    detail::attention_scratch_elements = keep;
+  }
 
   auto logits = make<T, D>(DynShape<2>(6, 5), 146, 2.0).set_requires_grad();
   auto labels = make_idx<D>(DynShape<1>(6), {0, 4, 2, 2, 1, 3});
