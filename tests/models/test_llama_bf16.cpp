@@ -79,6 +79,35 @@ TEST_CASE("bf16 linear kernel: rows, odd widths, bias and residual against a dou
   cpu_backend::set_num_threads(threads_before);
 }
 
+TEST_CASE("bf16 embedding table: rows widened, bad ids and a recording tape refused", "[llm][bf16]") {
+  const index_t V = 6, dim = 5;
+  const auto w = random_values(std::size_t(V * dim), 31);
+  nn::Embedding<float> emb(V, dim, 1);
+  emb.adopt_weight_bf16(io::Bf16Matrix::from_floats(w.data(), V, dim), "tok_emb");
+  CHECK_FALSE(emb.weight.defined());
+  const auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 3), {4, 0, 4});
+  const auto rows = emb(ids);
+  REQUIRE(rows.extent(2) == dim);
+  const auto got = rows.to_vector();
+  const std::int64_t picked[] = {4, 0, 4};
+  for (index_t t = 0; t < 3; ++t)
+    for (index_t k = 0; k < dim; ++k)
+      CHECK(got[std::size_t(t * dim + k)] == io::bf16_to_float(io::float_to_bf16(w[std::size_t(picked[t] * dim + k)])));
+  CHECK_THROWS_AS(emb(IndexTensor<DynShape<1>>::from_host(DynShape<1>(1), {V})), ValueError);
+  {
+    autograd::Tape tape;
+    try {
+      (void)emb(ids);
+      FAIL("recording a BF16-resident embedding must throw");
+    } catch (const ValueError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("nn::Embedding tok_emb"));
+      CHECK_THAT(e.what(), Catch::Contains("inference only"));
+    }
+    autograd::NoGrad ng;  // inside the tape's scope but not recording: the lookup runs
+    CHECK(emb(ids).to_vector() == got);
+  }
+}
+
 TEST_CASE("bf16-resident llama: logits, cache and greedy tokens equal the bf16 checkpoint in f32", "[llm][bf16]") {
   for (bool qwen : {false, true})
     for (bool tied : {false, true}) {
@@ -152,10 +181,22 @@ TEST_CASE("bf16-resident llama: unmerged LoRA on top, merged LoRA and training a
   try {
     autograd::Tape tape;
     (void)b16.forward(ids);
-    FAIL("recording a BF16-resident layer must throw");
+    FAIL("recording a BF16-resident model must throw");
   } catch (const ValueError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("model.layers.0.self_attn.q_proj"));
+    // The embedding lookup is the model's first step, so its table is the layer named.
+    CHECK_THAT(e.what(), Catch::Contains("nn::Embedding model.embed_tokens"));
     CHECK_THAT(e.what(), Catch::Contains("inference only"));
+  }
+  {
+    const auto x = Tensor<float, DynShape<2>>::from_host(DynShape<2>(2, 32), random_values(64, 77));
+    autograd::Tape tape;
+    try {
+      (void)b16.model.layers[0].self_attn.q_proj(x);
+      FAIL("recording a BF16-resident linear must throw");
+    } catch (const ValueError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("nn::Linear model.layers.0.self_attn.q_proj"));
+      CHECK_THAT(e.what(), Catch::Contains("inference only"));
+    }
   }
   CHECK_THROWS_WITH(models::make_lora_adapter(b16, cfg, 1), Catch::Contains("keeps its weight as BF16"));
   CHECK_THROWS_WITH(models::parse_weight_precision("fp8"), Catch::Contains("'fp8'"));

@@ -91,7 +91,7 @@ LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, s
 
   LlamaForCausalLM<float, cpu> m;
   m.config = config;
-  m.model.embed_tokens.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "model.embed_tokens.weight"));
+  m.model.embed_tokens.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "model.embed_tokens.weight"), "model.embed_tokens");
   if (!config.tie_word_embeddings)
     m.lm_head.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "lm_head.weight"), "lm_head");
   const auto freqs = config.rope_frequencies();
