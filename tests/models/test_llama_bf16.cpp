@@ -4,9 +4,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <span>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -259,6 +261,47 @@ TEST_CASE("bf16 load maps a bf16 file without copies, other dtypes and bad files
     } catch (const nn::CheckpointError& e) {
       CHECK_THAT(e.what(), Catch::Contains("model.layers.0.mlp.gate_proj.weight"));
       CHECK_THAT(e.what(), Catch::Contains("model.layers.1.mlp.down_proj.weight"));
+    }
+  }
+  {
+    // Both kinds of fault at once, a missing matrix and faults in what load_state reads (a missing
+    // and a mis-shaped norm, a tensor no parameter has): ONE error lists all four (issue 14).
+    TempDir dir("zboth");
+    models::LlamaForCausalLM<float> m(tiny(false, false), 14);
+    models::save_llama(m, dir.path, io::DType::BF16);
+    const auto file = dir.path / "model.safetensors";
+    io::SafetensorsWriter w;
+    {
+      const io::SafetensorsFile src(file);
+      for (const auto& key : src.names()) {
+        if (key == "model.layers.1.mlp.up_proj.weight" || key == "model.norm.weight") continue;
+        const io::TensorInfo& t = src.info(key);
+        if (key == "model.layers.0.input_layernorm.weight") {
+          const std::vector<float> short_norm(31, 1.f);
+          w.add(key, std::span<const float>(short_norm), {31});
+        } else {
+          w.add(key, t.dtype, t.shape, t.bytes.data());
+        }
+      }
+      const std::vector<float> extra(4, 0.f);
+      w.add("model.extra.weight", std::span<const float>(extra), {4});
+    }
+    w.write(file);
+    try {
+      (void)models::load_llama<float>(dir.path, models::WeightPrecision::bf16);
+      FAIL("a checkpoint with both kinds of fault must throw");
+    } catch (const nn::CheckpointError& e) {
+      const auto& p = e.problems();
+      CHECK(p.size() == 4);
+      auto listed = [&](const std::string& what, const std::string& key) {
+        return std::any_of(p.begin(), p.end(), [&](const std::string& l) {
+          return l.find(what) != std::string::npos && l.find("'" + key + "'") != std::string::npos;
+        });
+      };
+      CHECK(listed("missing key", "model.layers.1.mlp.up_proj.weight"));
+      CHECK(listed("missing key", "model.norm.weight"));
+      CHECK(listed("shape mismatch", "model.layers.0.input_layernorm.weight"));
+      CHECK(listed("unexpected key", "model.extra.weight"));
     }
   }
 }
