@@ -305,3 +305,41 @@ TEST_CASE("bf16 load maps a bf16 file without copies, other dtypes and bad files
     }
   }
 }
+
+TEST_CASE("bf16 load frees its own transient pool blocks and keeps the ones cached before it", "[llm][bf16]") {
+  // Layers big enough for the host pool (F32 matrices of 256 KiB and more), so the load's transient
+  // F32 weights go through it.
+  auto c = tiny(false, true);
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.num_hidden_layers = 1;
+  TempDir dir("zpool");
+  {
+    models::LlamaForCausalLM<float> m(c, 15);
+    models::save_llama(m, dir.path, io::DType::BF16);
+  }
+  auto& pool = cpu::memory_pool();
+  pool.release_cached();  // start from an empty cache: what is cached below is ours
+  // A block freed elsewhere (4 MiB, a size class no layer weight of this model uses), cached for
+  // its owner's next step.
+  const index_t held = index_t(1) << 20;
+  void* block = nullptr;
+  {
+    Tensor<float, DynShape<1>> t{DynShape<1>(held)};
+    block = t.data();
+  }
+  const auto before = pool.stats();
+  REQUIRE(before.cached_bytes() >= std::size_t(held) * sizeof(float));
+  auto b16 = models::load_llama<float>(dir.path, models::WeightPrecision::bf16);
+  const auto after = pool.stats();
+  CHECK(after.raw_allocations > before.raw_allocations);  // the load did use the pool
+  CHECK(after.cached_bytes() == before.cached_bytes());   // and gave back exactly what it added
+  // The block cached before the load is still there: the next tensor of its size reuses it, with no
+  // new raw allocation.
+  Tensor<float, DynShape<1>> again{DynShape<1>(held)};
+  CHECK(again.data() == block);
+  CHECK(pool.stats().raw_allocations == after.raw_allocations);
+}

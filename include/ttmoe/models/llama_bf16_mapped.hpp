@@ -7,9 +7,9 @@
 // weight bytes plus norms, biases and the KV cache. A tensor is COPIED (rounded to BF16, one
 // tensor at a time) only when the file stores it as F32/F16 or its bytes are not 2-byte aligned.
 // Norms and biases (small) are read into F32 as usual. Each decoder layer is still constructed
-// (with F32 weights) before its matrices are adopted, one layer at a time; the pool cache those
-// F32 blocks land in is emptied at the end (cpu::empty_cache), so they never add to decoding's
-// resident set.
+// (with F32 weights) before its matrices are adopted, one layer at a time; the pool blocks those
+// F32 weights free are returned to the OS when the load ends, so they never add to decoding's
+// resident set, while blocks the pool cached before the load stay cached for their owners.
 
 #include <cstdint>
 #include <filesystem>
@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "ttmoe/core/caching_pool.hpp"
+#include "ttmoe/core/device.hpp"
 #include "ttmoe/io/bf16_matrix.hpp"
 #include "ttmoe/io/safetensors.hpp"
 #include "ttmoe/models/llama.hpp"
@@ -91,6 +93,10 @@ LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, s
   // With a bad matrix nothing is adopted (or converted): the model is built only so that the norms
   // and biases are checked too, its Linears without weights, and the load ends in one error below.
   const bool adopt_matrices = problems.empty();
+  // The layers' transient F32 weights land in the host pool's cache; hand those blocks back to the
+  // OS at the end so they do not count against decoding's resident set (issue target: peak RSS
+  // <= 1.15 x the weights on disk), but keep what was cached before the load for its owners.
+  memory::ReleaseCachedAfterScope<memory::HostPages> release_transient_blocks(cpu::memory_pool());
 
   LlamaForCausalLM<float, cpu> m;
   m.config = config;
@@ -130,10 +136,6 @@ LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, s
   problems.insert(problems.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
   if (!problems.empty()) throw nn::CheckpointError(src->path(), std::move(problems));
   nn::load_state(m, *src, io::timm_names(), opt);  // checks again (file metadata only) and reads
-  // The layers' transient F32 weights sit in the host pool's cache now; hand them back to the OS
-  // so they do not count against decoding's resident set (issue target: peak RSS <= 1.15 x the
-  // weights on disk).
-  cpu::empty_cache();
   return m;
 }
 
