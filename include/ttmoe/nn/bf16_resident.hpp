@@ -10,11 +10,12 @@
 
 namespace ttmoe::nn {
 
-/// Throws a ValueError naming `layer` (e.g. "nn::Linear model.layers.0.self_attn.q_proj") when a
-/// tape is recording on this thread; does nothing under NoGrad or with no tape.
-inline void refuse_recording_bf16(const std::string& layer) {
+/// Throws a ValueError naming the layer, `kind` + " " + `name` (e.g. "nn::Linear
+/// model.layers.0.self_attn.q_proj"), when a tape is recording on this thread; does nothing under
+/// NoGrad or with no tape (and builds no string then: it runs on every inference call).
+inline void refuse_recording_bf16(const char* kind, const std::string& name) {
   if (autograd::is_recording())
-    throw ValueError(layer +
+    throw ValueError(std::string(kind) + " " + name +
                      ": the weight is BF16-resident (inference only); training or autograd needs the F32 weight "
                      "(load with WeightPrecision::f32)");
 }

@@ -46,7 +46,7 @@ struct Embedding {
   Tensor<T, DynShape<SI::rank + 1>, D> forward(const IndexTensor<SI, D>& ids) const {
     if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>)
       if (weight_bf16.defined()) {
-        refuse_recording_bf16("nn::Embedding " + bf16_name_);
+        refuse_recording_bf16("nn::Embedding", bf16_name_);
         return embedding_bf16(ids, weight_bf16);
       }
     auto flat = ids.reshape(DynShape<1>(ids.numel()));

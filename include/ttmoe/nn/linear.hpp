@@ -102,7 +102,7 @@ struct Linear : Callable<Linear<T, D>> {
   /// The BF16 path: inference only, float on the CPU.
   template <class S, class R>
   Tensor<T, DynShape<S::rank>, D> bf16_forward(const Tensor<T, S, D>& x, const Tensor<T, R, D>* residual) const {
-    refuse_recording_bf16("nn::Linear " + bf16_name_);
+    refuse_recording_bf16("nn::Linear", bf16_name_);
     if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
       return linear_bf16(x, weight_bf16, bias, residual);
     } else {
