@@ -8,8 +8,8 @@
 //   merge_limit_s              max(FLOPs of the GEMMs needed (1 mapped, 2 without) / GEMM peak,
 //                              bytes / triad bandwidth), bytes
 //                              = factors and weights read once, weights written once; the peak
-//                              (ttmoe::matmul 2048^3) and the triad (c = a + s b, 32M floats) are
-//                              measured in this process
+//                              (ttmoe::matmul 2048^3) and the triad (bench/triad.hpp: c = a + s b,
+//                              32M floats) are measured in this process
 //   gemm_peak_gflops, triad_gbs, merge_patch_fraction (restore patch entries / merged weights)
 //   base_token_s               per-token decode time of the base model (batch 1, KV cache)
 //   ttmm_overhead_tokens_<n>   (selection + merge-or-apply + restore, automatic choice for 100
@@ -24,7 +24,6 @@
 //                    [--checkpoint DIR]
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -32,18 +31,20 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ttmoe/ttmoe.hpp"
 #include "ttmoe/models/llama_hf.hpp"
 #include "ttmoe/ttmm/test_time_merge.hpp"
+#include "../common.hpp"
+#include "../triad.hpp"
 
 using namespace ttmoe;
-using clock_type = std::chrono::steady_clock;
+using bench::Clock;
+using bench::seconds_since;
 
 namespace {
-
-double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
 
 models::LlamaConfig llama_1b_shapes(index_t layers) {
   nlohmann::json j{{"model_type", "llama"},          {"vocab_size", 128256},       {"hidden_size", 2048},
@@ -78,7 +79,7 @@ template <class F>
 double best_of(int reps, F&& f) {
   double best = 1e30;
   for (int i = 0; i < reps; ++i) {
-    const auto t0 = clock_type::now();
+    const auto t0 = Clock::now();
     f();
     best = std::min(best, seconds_since(t0));
   }
@@ -94,13 +95,12 @@ double decode_token_seconds(const models::LlamaForCausalLM<float>& m, int steps)
   (void)m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 16), prompt), cache).to_vector();
   std::vector<double> t;
   for (int s = 0; s < steps; ++s) {
-    const auto t0 = clock_type::now();
+    const auto t0 = Clock::now();
     const auto h = m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 1), {std::int64_t(5 + s)}), cache);
     (void)m.logits(h).to_vector();
     t.push_back(seconds_since(t0));
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return bench::median(std::move(t));
 }
 
 }  // namespace
@@ -155,16 +155,13 @@ int main(int argc, char** argv) {
   autograd::NoGrad ng;
 
   // The machine's GEMM peak and triad bandwidth, measured here.
-  double peak = 0, triad = 0;
+  double peak = 0;
   {
     const index_t n = 2048;
     auto a = Tensor<float, DynShape<2>>::full(DynShape<2>(n, n), 0.5f), b = Tensor<float, DynShape<2>>::full(DynShape<2>(n, n), 0.25f);
     peak = 2.0 * double(n) * double(n) * double(n) / best_of(3, [&] { (void)matmul(a, b); });
-    const index_t len = index_t(1) << 25;
-    auto x = Tensor<float, DynShape<1>>::full(DynShape<1>(len), 1.f), y = Tensor<float, DynShape<1>>::full(DynShape<1>(len), 2.f);
-    Tensor<float, DynShape<1>> z;
-    triad = 3.0 * 4.0 * double(len) / best_of(3, [&] { z = x + y * 3.f; });
   }
+  const double triad = bench::triad_gbs();
 
   // Dense merge + exact restore of all experts.
   std::vector<models::WeightedAdapter<float>> ws;
@@ -177,7 +174,7 @@ int main(int argc, char** argv) {
   }
   double merge_s = 1e30, patch_fraction = 0;
   for (int rep = 0; rep < 2; ++rep) {  // the first also warms the pools
-    const auto t0 = clock_type::now();
+    const auto t0 = Clock::now();
     ttmm::DenseMerge<> merge(m, ws, origin);
     patch_fraction = double(merge.patch_entries()) / double(merge.merged_elements());
     merge.restore();
@@ -215,7 +212,7 @@ int main(int argc, char** argv) {
     double s = 0;
     for (float v : q) s += double(v) * v;
     for (float& v : q) v = float(v / std::sqrt(s));
-    const auto t0 = clock_type::now();
+    const auto t0 = Clock::now();
     const auto sel = ttmm::select_experts(q, centroids);
     const double t_select = seconds_since(t0);
     if (index_t(sel.experts.size()) != n) {
@@ -228,16 +225,16 @@ int main(int argc, char** argv) {
     const auto mode = ttmm::choose_merge_mode(shapes, 64 * n, 100, costs, origin != nullptr);
     double cost = t_select;
     if (mode == ttmm::MergeMode::dense) {
-      const auto t1 = clock_type::now();
+      const auto t1 = Clock::now();
       ttmm::DenseMerge<> merge(m, chosen, origin);
       merge.restore();
       cost += seconds_since(t1);
     } else {
-      const auto t1 = clock_type::now();
+      const auto t1 = Clock::now();
       models::AttachedAdapters<float> att(m, chosen, models::LoraMode::unmerged);
       cost += seconds_since(t1);
       const double with = decode_token_seconds(m, 8);
-      const auto t2 = clock_type::now();
+      const auto t2 = Clock::now();
       att.remove();
       cost += seconds_since(t2) + 100.0 * std::max(0.0, with - base_token);
     }

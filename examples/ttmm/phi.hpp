@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ttmoe/models/llm.hpp"
+#include "ttmoe/models/llm_embedder.hpp"
 #include "ttmoe/models/sentence_encoder.hpp"
 #include "ttmoe/text.hpp"
 #include "ttmoe/training/progress.hpp"
@@ -26,28 +27,17 @@ namespace ttmm_example {
 inline std::string lm_embedder_id(const std::string& model_dir) { return "lm-mean-pooled:" + model_dir; }
 
 /// φ = the base model's last hidden states (after the final norm) averaged over a document's tokens
-/// (the paper's alternative to a sentence encoder), one row per document.
+/// (the paper's alternative to a sentence encoder; models::mean_pooled_hidden_states, 8 documents a
+/// batch), one row per document, with a progress line.
 inline ttmoe::Tensor<float, ttmoe::DynShape<2>> lm_embeddings(const ttmoe::models::LlamaForCausalLM<float>& m,
                                                                 const std::vector<std::vector<std::int64_t>>& tokens) {
   using namespace ttmoe;
-  autograd::NoGrad ng;
-  const index_t H = m.config.hidden_size;
-  std::vector<float> out(tokens.size() * std::size_t(H), 0.f);
   const auto start = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const auto& t = tokens[i];
-    const auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, index_t(t.size())), t);
-    const auto h = m.hidden_states(ids).to_vector();
-    std::vector<double> mean(std::size_t(H), 0.0);
-    for (std::size_t p = 0; p < t.size(); ++p)
-      for (index_t k = 0; k < H; ++k) mean[std::size_t(k)] += h[p * std::size_t(H) + std::size_t(k)];
-    for (index_t k = 0; k < H; ++k) out[i * std::size_t(H) + std::size_t(k)] = float(mean[std::size_t(k)] / double(t.size()));
-    if ((i + 1) % 64 == 0 || i + 1 == tokens.size()) {
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      training::draw_progress_line("embed", i + 1, tokens.size(), secs > 0 ? double(i + 1) / secs : 0.0, "documents");
-    }
-  }
-  return Tensor<float, DynShape<2>>::from_host(DynShape<2>(index_t(tokens.size()), H), out);
+  const auto out = models::mean_pooled_hidden_states(m, tokens, 8, [&](std::size_t done) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    training::draw_progress_line("embed", done, tokens.size(), secs > 0 ? double(done) / secs : 0.0, "documents");
+  });
+  return Tensor<float, DynShape<2>>::from_host(DynShape<2>(index_t(tokens.size()), m.config.hidden_size), out);
 }
 
 /// φ as an embedder id names it (see the file comment).

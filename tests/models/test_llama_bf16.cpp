@@ -4,9 +4,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <span>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -77,6 +79,35 @@ TEST_CASE("bf16 linear kernel: rows, odd widths, bias and residual against a dou
         }
     }
   cpu_backend::set_num_threads(threads_before);
+}
+
+TEST_CASE("bf16 embedding table: rows widened, bad ids and a recording tape refused", "[llm][bf16]") {
+  const index_t V = 6, dim = 5;
+  const auto w = random_values(std::size_t(V * dim), 31);
+  nn::Embedding<float> emb(V, dim, 1);
+  emb.adopt_weight_bf16(io::Bf16Matrix::from_floats(w.data(), V, dim), "tok_emb");
+  CHECK_FALSE(emb.weight.defined());
+  const auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 3), {4, 0, 4});
+  const auto rows = emb(ids);
+  REQUIRE(rows.extent(2) == dim);
+  const auto got = rows.to_vector();
+  const std::int64_t picked[] = {4, 0, 4};
+  for (index_t t = 0; t < 3; ++t)
+    for (index_t k = 0; k < dim; ++k)
+      CHECK(got[std::size_t(t * dim + k)] == io::bf16_to_float(io::float_to_bf16(w[std::size_t(picked[t] * dim + k)])));
+  CHECK_THROWS_AS(emb(IndexTensor<DynShape<1>>::from_host(DynShape<1>(1), {V})), ValueError);
+  {
+    autograd::Tape tape;
+    try {
+      (void)emb(ids);
+      FAIL("recording a BF16-resident embedding must throw");
+    } catch (const ValueError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("nn::Embedding tok_emb"));
+      CHECK_THAT(e.what(), Catch::Contains("inference only"));
+    }
+    autograd::NoGrad ng;  // inside the tape's scope but not recording: the lookup runs
+    CHECK(emb(ids).to_vector() == got);
+  }
 }
 
 TEST_CASE("bf16-resident llama: logits, cache and greedy tokens equal the bf16 checkpoint in f32", "[llm][bf16]") {
@@ -152,10 +183,22 @@ TEST_CASE("bf16-resident llama: unmerged LoRA on top, merged LoRA and training a
   try {
     autograd::Tape tape;
     (void)b16.forward(ids);
-    FAIL("recording a BF16-resident layer must throw");
+    FAIL("recording a BF16-resident model must throw");
   } catch (const ValueError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("model.layers.0.self_attn.q_proj"));
+    // The embedding lookup is the model's first step, so its table is the layer named.
+    CHECK_THAT(e.what(), Catch::Contains("nn::Embedding model.embed_tokens"));
     CHECK_THAT(e.what(), Catch::Contains("inference only"));
+  }
+  {
+    const auto x = Tensor<float, DynShape<2>>::from_host(DynShape<2>(2, 32), random_values(64, 77));
+    autograd::Tape tape;
+    try {
+      (void)b16.model.layers[0].self_attn.q_proj(x);
+      FAIL("recording a BF16-resident linear must throw");
+    } catch (const ValueError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("nn::Linear model.layers.0.self_attn.q_proj"));
+      CHECK_THAT(e.what(), Catch::Contains("inference only"));
+    }
   }
   CHECK_THROWS_WITH(models::make_lora_adapter(b16, cfg, 1), Catch::Contains("keeps its weight as BF16"));
   CHECK_THROWS_WITH(models::parse_weight_precision("fp8"), Catch::Contains("'fp8'"));
@@ -220,4 +263,83 @@ TEST_CASE("bf16 load maps a bf16 file without copies, other dtypes and bad files
       CHECK_THAT(e.what(), Catch::Contains("model.layers.1.mlp.down_proj.weight"));
     }
   }
+  {
+    // Both kinds of fault at once, a missing matrix and faults in what load_state reads (a missing
+    // and a mis-shaped norm, a tensor no parameter has): ONE error lists all four (issue 14).
+    TempDir dir("zboth");
+    models::LlamaForCausalLM<float> m(tiny(false, false), 14);
+    models::save_llama(m, dir.path, io::DType::BF16);
+    const auto file = dir.path / "model.safetensors";
+    io::SafetensorsWriter w;
+    {
+      const io::SafetensorsFile src(file);
+      for (const auto& key : src.names()) {
+        if (key == "model.layers.1.mlp.up_proj.weight" || key == "model.norm.weight") continue;
+        const io::TensorInfo& t = src.info(key);
+        if (key == "model.layers.0.input_layernorm.weight") {
+          const std::vector<float> short_norm(31, 1.f);
+          w.add(key, std::span<const float>(short_norm), {31});
+        } else {
+          w.add(key, t.dtype, t.shape, t.bytes.data());
+        }
+      }
+      const std::vector<float> extra(4, 0.f);
+      w.add("model.extra.weight", std::span<const float>(extra), {4});
+    }
+    w.write(file);
+    try {
+      (void)models::load_llama<float>(dir.path, models::WeightPrecision::bf16);
+      FAIL("a checkpoint with both kinds of fault must throw");
+    } catch (const nn::CheckpointError& e) {
+      const auto& p = e.problems();
+      CHECK(p.size() == 4);
+      auto listed = [&](const std::string& what, const std::string& key) {
+        return std::any_of(p.begin(), p.end(), [&](const std::string& l) {
+          return l.find(what) != std::string::npos && l.find("'" + key + "'") != std::string::npos;
+        });
+      };
+      CHECK(listed("missing key", "model.layers.1.mlp.up_proj.weight"));
+      CHECK(listed("missing key", "model.norm.weight"));
+      CHECK(listed("shape mismatch", "model.layers.0.input_layernorm.weight"));
+      CHECK(listed("unexpected key", "model.extra.weight"));
+    }
+  }
+}
+
+TEST_CASE("bf16 load frees its own transient pool blocks and keeps the ones cached before it", "[llm][bf16]") {
+  // Layers big enough for the host pool (F32 matrices of 256 KiB and more), so the load's transient
+  // F32 weights go through it.
+  auto c = tiny(false, true);
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.num_hidden_layers = 1;
+  TempDir dir("zpool");
+  {
+    models::LlamaForCausalLM<float> m(c, 15);
+    models::save_llama(m, dir.path, io::DType::BF16);
+  }
+  auto& pool = cpu::memory_pool();
+  pool.release_cached();  // start from an empty cache: what is cached below is ours
+  // A block freed elsewhere (4 MiB, a size class no layer weight of this model uses), cached for
+  // its owner's next step.
+  const index_t held = index_t(1) << 20;
+  void* block = nullptr;
+  {
+    Tensor<float, DynShape<1>> t{DynShape<1>(held)};
+    block = t.data();
+  }
+  const auto before = pool.stats();
+  REQUIRE(before.cached_bytes() >= std::size_t(held) * sizeof(float));
+  auto b16 = models::load_llama<float>(dir.path, models::WeightPrecision::bf16);
+  const auto after = pool.stats();
+  CHECK(after.raw_allocations > before.raw_allocations);  // the load did use the pool
+  CHECK(after.cached_bytes() == before.cached_bytes());   // and gave back exactly what it added
+  // The block cached before the load is still there: the next tensor of its size reuses it, with no
+  // new raw allocation.
+  Tensor<float, DynShape<1>> again{DynShape<1>(held)};
+  CHECK(again.data() == block);
+  CHECK(pool.stats().raw_allocations == after.raw_allocations);
 }

@@ -126,6 +126,35 @@ TEST_CASE("LM hidden-state phi matches transformers") {
   CHECK(max_abs_diff(emb, fixtures() / "llama_random" / "embeddings.safetensors") <= 1e-4);
 }
 
+TEST_CASE("LM mean pooling of token ids: batched and padded equals one sequence at a time") {
+  // A random tiny Llama (no fixture): sequences of different lengths, one empty, pooled 3 at a time
+  // (right-padded) against each one's own hidden states averaged here.
+  nlohmann::json j{{"model_type", "llama"}, {"vocab_size", 40}, {"hidden_size", 16}, {"intermediate_size", 24},
+                   {"num_hidden_layers", 2}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                   {"max_position_embeddings", 32}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
+                   {"hidden_act", "silu"}, {"tie_word_embeddings", true}};
+  const models::LlamaForCausalLM<float> m(models::LlamaConfig::from_json(j), 5);
+  const std::vector<std::vector<std::int64_t>> tokens{{3, 9, 1}, {7}, {}, {2, 5, 8, 13, 21, 34, 1}, {4, 4}};
+  std::vector<std::size_t> done;
+  const auto got = models::mean_pooled_hidden_states(m, tokens, 3, [&](std::size_t n) { done.push_back(n); });
+  const index_t H = 16;
+  REQUIRE(got.size() == tokens.size() * std::size_t(H));
+  CHECK(done == std::vector<std::size_t>{3, 5});
+  autograd::NoGrad ng;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    INFO("sequence " << i);
+    const index_t L = index_t(tokens[i].size());
+    std::vector<double> want(std::size_t(H), 0.0);
+    if (L > 0) {
+      const auto h = m.hidden_states(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, L), tokens[i])).to_vector();
+      for (index_t t = 0; t < L; ++t)
+        for (index_t c = 0; c < H; ++c) want[std::size_t(c)] += h[std::size_t(t * H + c)] / double(L);
+    }
+    for (index_t c = 0; c < H; ++c) CHECK(std::abs(got[i * std::size_t(H) + std::size_t(c)] - want[std::size_t(c)]) <= 1e-5);
+  }
+  CHECK(std::any_of(got.begin(), got.end(), [](float v) { return v != 0.f; }));  // not trivially zero
+}
+
 TEST_CASE("sentence encoder bad input gives typed errors") {
   const fs::path good = fixtures() / "bert_random";
   SECTION("missing modules.json") {

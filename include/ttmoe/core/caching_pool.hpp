@@ -12,6 +12,7 @@
 // kernel still reads it is only handed to work queued later on the same stream.
 // Host-only code (no Eigen, no fmt): fine in a CUDA translation unit.
 
+#include <algorithm>
 #include <cstddef>
 #include <mutex>
 #include <new>
@@ -114,6 +115,32 @@ class CachingPool {
     release_cached_locked();
   }
 
+  /// The cached (unused) blocks now, sorted: what release_cached_except(...) later keeps.
+  std::vector<void*> cached_blocks() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<void*> blocks;
+    for (const auto& [c, list] : free_) blocks.insert(blocks.end(), list.begin(), list.end());
+    std::sort(blocks.begin(), blocks.end());
+    return blocks;
+  }
+
+  /// Frees the cached blocks that are not in `kept` (a sorted cached_blocks() taken earlier): what a
+  /// phase added to the cache goes back to Raw, the blocks cached before it stay for reuse.
+  void release_cached_except(const std::vector<void*>& kept) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [c, list] : free_) {
+      const auto first_new = std::partition(list.begin(), list.end(), [&](void* p) {
+        return std::binary_search(kept.begin(), kept.end(), p);
+      });
+      for (auto it = first_new; it != list.end(); ++it) {
+        Raw::raw_free(*it, c);
+        stats_.reserved_bytes -= c;
+      }
+      list.erase(first_new, list.end());
+    }
+  }
+
+  /// Current statistics.
   PoolStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
@@ -135,6 +162,22 @@ class CachingPool {
   std::unordered_map<void*, std::size_t> live_;
   PoolStats stats_;
   std::size_t cache_limit_ = static_cast<std::size_t>(-1);
+};
+
+/// Scope guard for a phase whose buffers are transient (e.g. a loader's scratch): on leaving the
+/// scope, even by an exception, frees the blocks that entered `pool`'s cache since it was made and
+/// keeps those cached before, which other code freed and expects to reuse without a raw allocation.
+template <class Raw>
+class ReleaseCachedAfterScope {
+ public:
+  explicit ReleaseCachedAfterScope(CachingPool<Raw>& pool) : pool_(pool), kept_(pool.cached_blocks()) {}
+  ~ReleaseCachedAfterScope() { pool_.release_cached_except(kept_); }
+  ReleaseCachedAfterScope(const ReleaseCachedAfterScope&) = delete;
+  ReleaseCachedAfterScope& operator=(const ReleaseCachedAfterScope&) = delete;
+
+ private:
+  CachingPool<Raw>& pool_;
+  std::vector<void*> kept_;
 };
 
 /// The process-wide pool of `Raw` (deliberately leaked: tensors with static storage may release

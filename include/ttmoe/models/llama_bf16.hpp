@@ -43,7 +43,8 @@ void keep_linear_weights_bf16(LlamaForCausalLM<T, D>& m) {
   if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
     auto& table = m.model.embed_tokens;
     if (!table.weight_bf16.defined())
-      table.adopt_weight_bf16(io::Bf16Matrix::from_floats(table.weight.data(), table.weight.extent(0), table.weight.extent(1)));
+      table.adopt_weight_bf16(io::Bf16Matrix::from_floats(table.weight.data(), table.weight.extent(0), table.weight.extent(1)),
+                              "model.embed_tokens");
   }
 }
 

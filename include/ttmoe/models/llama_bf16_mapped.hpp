@@ -7,18 +7,21 @@
 // weight bytes plus norms, biases and the KV cache. A tensor is COPIED (rounded to BF16, one
 // tensor at a time) only when the file stores it as F32/F16 or its bytes are not 2-byte aligned.
 // Norms and biases (small) are read into F32 as usual. Each decoder layer is still constructed
-// (with F32 weights) before its matrices are adopted, one layer at a time; the pool cache those
-// F32 blocks land in is emptied at the end (cpu::empty_cache), so they never add to decoding's
-// resident set.
+// (with F32 weights) before its matrices are adopted, one layer at a time; the pool blocks those
+// F32 weights free are returned to the OS when the load ends, so they never add to decoding's
+// resident set, while blocks the pool cached before the load stay cached for their owners.
 
 #include <cstdint>
 #include <filesystem>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ttmoe/core/caching_pool.hpp"
+#include "ttmoe/core/device.hpp"
 #include "ttmoe/io/bf16_matrix.hpp"
 #include "ttmoe/io/safetensors.hpp"
 #include "ttmoe/models/llama.hpp"
@@ -61,9 +64,9 @@ void check_matrix(const F& src, const std::string& key, index_t rows, index_t co
 }  // namespace detail
 
 /// Builds the model of `config` with BF16-resident weights taken from `src` (a SafetensorsFile or
-/// ShardedSafetensors, shared so the views can own it). Problems with the matrices (missing,
-/// mis-shaped, non-float) come in one nn::CheckpointError; those with norms and biases in a
-/// second one from nn::load_state.
+/// ShardedSafetensors, shared so the views can own it). Every problem, with the matrices (missing,
+/// mis-shaped, non-float) and with the norms and biases (missing, mis-shaped, unexpected keys),
+/// comes in ONE nn::CheckpointError listing them all.
 template <class F>
 LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, std::shared_ptr<const F> src) {
   config.validate();
@@ -87,13 +90,22 @@ LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, s
   }
   std::vector<std::string> problems;
   for (const Matrix& m : matrices) detail::check_matrix(*src, m.name + ".weight", m.rows, m.cols, problems);
-  if (!problems.empty()) throw nn::CheckpointError(src->path(), std::move(problems));
+  // With a bad matrix nothing is adopted (or converted): the model is built only so that the norms
+  // and biases are checked too, its Linears without weights, and the load ends in one error below.
+  const bool adopt_matrices = problems.empty();
+  // The layers' transient F32 weights land in the host pool's cache; hand those blocks back to the
+  // OS at the end so they do not count against decoding's resident set (issue target: peak RSS
+  // <= 1.15 x the weights on disk), but keep what was cached before the load for its owners.
+  memory::ReleaseCachedAfterScope<memory::HostPages> release_transient_blocks(cpu::memory_pool());
 
   LlamaForCausalLM<float, cpu> m;
   m.config = config;
-  m.model.embed_tokens.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "model.embed_tokens.weight"));
-  if (!config.tie_word_embeddings)
-    m.lm_head.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "lm_head.weight"), "lm_head");
+  if (adopt_matrices) {
+    m.model.embed_tokens.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "model.embed_tokens.weight"),
+                                           "model.embed_tokens");
+    if (!config.tie_word_embeddings)
+      m.lm_head.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "lm_head.weight"), "lm_head");
+  }
   const auto freqs = config.rope_frequencies();
   m.model.layers.reserve(std::size_t(config.num_hidden_layers));
   for (index_t i = 0; i < config.num_hidden_layers; ++i) {
@@ -102,7 +114,8 @@ LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, s
     auto& l = m.model.layers.emplace_back(config, freqs, 1000 + 32 * std::uint64_t(i));
     const std::string p = "model.layers." + std::to_string(i) + ".";
     auto adopt = [&](nn::Linear<float, cpu>& lin, const std::string& name) {
-      lin.adopt_weight_bf16(detail::mapped_bf16(*src, owner, p + name + ".weight"), p + name);
+      if (adopt_matrices) lin.adopt_weight_bf16(detail::mapped_bf16(*src, owner, p + name + ".weight"), p + name);
+      else lin.weight = Tensor<float, DynShape<2>, cpu>{};
     };
     adopt(l.self_attn.q_proj, "self_attn.q_proj");
     adopt(l.self_attn.k_proj, "self_attn.k_proj");
@@ -118,11 +131,11 @@ LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, s
   nn::LoadOptions opt;
   opt.ignore_keys = {"*.rotary_emb.inv_freq", "lm_head.weight"};
   for (const Matrix& mat : matrices) opt.ignore_keys.push_back(mat.name + ".weight");
-  nn::load_state(m, *src, io::timm_names(), opt);
-  // The layers' transient F32 weights sit in the host pool's cache now; hand them back to the OS
-  // so they do not count against decoding's resident set (issue target: peak RSS <= 1.15 x the
-  // weights on disk).
-  cpu::empty_cache();
+  nn::LoadReport unused;
+  auto rest = nn::check_state(m, *src, io::timm_names(), opt, unused);
+  problems.insert(problems.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+  if (!problems.empty()) throw nn::CheckpointError(src->path(), std::move(problems));
+  nn::load_state(m, *src, io::timm_names(), opt);  // checks again (file metadata only) and reads
   return m;
 }
 

@@ -5,11 +5,13 @@
 // cosines as the expert selection expects. Texts are tokenised by the model's own tokenizer
 // (its template, e.g. BOS, applied) and cut to max_tokens. Batches are right-padded: with causal
 // attention no real token sees a padding token, so the padded rows change nothing and are left out
-// of the mean.
+// of the mean. mean_pooled_hidden_states is that pooling on token ids, for callers that tokenise
+// themselves (the ttmm example's "lm-mean-pooled" φ).
 
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <span>
@@ -28,6 +30,48 @@ struct LlmEmbedderOptions {
   index_t batch_size = 8;
   bool normalize = true;     ///< L2-normalise each embedding
 };
+
+/// The mean over each token sequence of `model`'s last hidden states (after the final RMSNorm), one
+/// row of hidden_size floats per sequence ([tokens.size(), hidden_size] row-major); an empty
+/// sequence gives a zero row. Sequences run `batch_size` at a time, longest first, right-padded
+/// (see the file comment). `progress`, when given, is told after each batch how many sequences are
+/// done. Not normalised.
+template <class D>
+std::vector<float> mean_pooled_hidden_states(const LlamaForCausalLM<float, D>& model,
+                                             const std::vector<std::vector<std::int64_t>>& tokens, index_t batch_size,
+                                             const std::function<void(std::size_t)>& progress = {}) {
+  autograd::NoGrad ng;
+  const index_t d = model.config.hidden_size;
+  const std::size_t step = std::size_t(std::max<index_t>(1, batch_size));
+  std::vector<std::size_t> order(tokens.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return tokens[a].size() > tokens[b].size(); });
+  std::vector<float> out(tokens.size() * std::size_t(d), 0.f);
+  for (std::size_t first = 0; first < order.size(); first += step) {
+    const std::size_t last = std::min(order.size(), first + step);
+    const index_t B = index_t(last - first), T = index_t(tokens[order[first]].size());  // longest first
+    if (T > 0) {
+      std::vector<std::int64_t> padded(std::size_t(B * T), 0);
+      for (index_t b = 0; b < B; ++b) {
+        const auto& seq = tokens[order[first + std::size_t(b)]];
+        std::copy(seq.begin(), seq.end(), padded.begin() + b * T);
+      }
+      const auto ids = IndexTensor<DynShape<2>, D>::from_host(DynShape<2>(B, T), std::span<const std::int64_t>(padded));
+      const auto h = model.hidden_states(ids).to_vector();
+      for (index_t b = 0; b < B; ++b) {
+        const std::size_t row = order[first + std::size_t(b)];
+        const index_t L = index_t(tokens[row].size());
+        for (index_t c = 0; c < d && L > 0; ++c) {
+          double s = 0;
+          for (index_t t = 0; t < L; ++t) s += h[std::size_t((b * T + t) * d + c)];
+          out[row * std::size_t(d) + std::size_t(c)] = float(s / double(L));
+        }
+      }
+    }
+    if (progress) progress(last);
+  }
+  return out;
+}
 
 /// The base LM's mean-pooled last hidden states as a sentence embedder (models::SentenceEmbedder),
 /// the model on device D. A class template so that nothing is instantiated until a translation unit
@@ -65,36 +109,13 @@ class BasicLlmEmbedder {
 
   /// Embeddings [texts.size(), dim()], row i for texts[i]; a text with no tokens gives a zero row.
   Tensor<float, DynShape<2>, cpu> encode(const std::vector<std::string>& texts) const {
-    autograd::NoGrad ng;
     const index_t n = index_t(texts.size()), d = dim();
-    std::vector<std::vector<std::int32_t>> ids(texts.size());
+    std::vector<std::vector<std::int64_t>> ids(texts.size());
     for (std::size_t i = 0; i < texts.size(); ++i) {
-      ids[i] = tokenizer_->encode(texts[i], true);
-      if (index_t(ids[i].size()) > opt_.max_tokens) ids[i].resize(std::size_t(opt_.max_tokens));
+      const auto t = tokenizer_->encode(texts[i], true);
+      ids[i].assign(t.begin(), t.begin() + std::min<std::ptrdiff_t>(std::ptrdiff_t(t.size()), std::ptrdiff_t(opt_.max_tokens)));
     }
-    std::vector<std::size_t> order(texts.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ids[a].size() > ids[b].size(); });
-    std::vector<float> out(std::size_t(n * d), 0.f);
-    for (std::size_t first = 0; first < order.size(); first += std::size_t(opt_.batch_size)) {
-      const std::size_t last = std::min(order.size(), first + std::size_t(opt_.batch_size));
-      const index_t B = index_t(last - first), T = index_t(ids[order[first]].size());  // longest first
-      if (T == 0) continue;
-      std::vector<std::int64_t> padded(std::size_t(B * T), 0);
-      for (index_t b = 0; b < B; ++b) std::copy(ids[order[first + std::size_t(b)]].begin(), ids[order[first + std::size_t(b)]].end(), padded.begin() + b * T);
-      const auto tok = IndexTensor<DynShape<2>, D>::from_host(DynShape<2>(B, T), std::span<const std::int64_t>(padded));
-      const auto h = model_->hidden_states(tok).to_vector();
-      const float* hp = h.data();
-      for (index_t b = 0; b < B; ++b) {
-        const std::size_t row = order[first + std::size_t(b)];
-        const index_t L = index_t(ids[row].size());
-        for (index_t c = 0; c < d && L > 0; ++c) {
-          double s = 0;
-          for (index_t t = 0; t < L; ++t) s += hp[(b * T + t) * d + c];
-          out[row * std::size_t(d) + std::size_t(c)] = float(s / double(L));
-        }
-      }
-    }
+    std::vector<float> out = mean_pooled_hidden_states(*model_, ids, opt_.batch_size);
     if (opt_.normalize) detail::normalize_rows(out, d);
     return Tensor<float, DynShape<2>, cpu>::from_host(DynShape<2>(n, d), out);
   }

@@ -83,16 +83,16 @@ concept TensorSource = requires(const F& f, std::string_view k) {
   { f.names() } -> std::convertible_to<std::vector<std::string>>;
 };
 
-/// Loads every parameter of `module` (nn::for_each_parameter order) from `file`, key names through
-/// `names`. Throws CheckpointError listing all problems; on error the module is unchanged. Writes
-/// into the existing parameter storage, so requires_grad flags and views stay valid.
+/// Every problem loading `file` into `module` would meet (missing keys, unexpected keys, shapes,
+/// dtypes), one line each, empty when it loads; touches neither. Fills `report`'s tolerated
+/// missing / unexpected lists. load_state runs it first; a loader that checks more than the
+/// module's parameters (e.g. BF16 matrices kept outside them) adds its own lines to the same list,
+/// so that one CheckpointError names every problem.
 template <class M, TensorSource F>
-LoadReport load_state(M& module, const F& file, const io::NameMap& names = io::timm_names(),
-                      const LoadOptions& opt = {}) {
+std::vector<std::string> check_state(M& module, const F& file, const io::NameMap& names, const LoadOptions& opt,
+                                     LoadReport& report) {
   std::vector<std::string> problems;
-  LoadReport report;
   std::set<std::string> used;
-  // Pass 1: check everything.
   nn::for_each_parameter(module, [&](const std::string& name, auto& t) {
     using Tn = std::remove_cvref_t<decltype(t)>;
     using T = typename Tn::value_type;
@@ -123,7 +123,19 @@ LoadReport load_state(M& module, const F& file, const io::NameMap& names = io::t
     if (opt.ignore_unexpected) report.unexpected.push_back(key);
     else problems.push_back("unexpected key '" + key + "' (no module parameter maps to it)");
   }
-  if (!problems.empty()) throw CheckpointError(file.path(), std::move(problems));
+  return problems;
+}
+
+/// Loads every parameter of `module` (nn::for_each_parameter order) from `file`, key names through
+/// `names`. Throws CheckpointError listing all problems (check_state); on error the module is
+/// unchanged. Writes into the existing parameter storage, so requires_grad flags and views stay valid.
+template <class M, TensorSource F>
+LoadReport load_state(M& module, const F& file, const io::NameMap& names = io::timm_names(),
+                      const LoadOptions& opt = {}) {
+  LoadReport report;
+  // Pass 1: check everything.
+  if (auto problems = check_state(module, file, names, opt, report); !problems.empty())
+    throw CheckpointError(file.path(), std::move(problems));
   // Pass 2: read (no recording: loading is not part of any graph).
   autograd::NoGrad ng;
   nn::for_each_parameter(module, [&](const std::string& name, auto& t) {

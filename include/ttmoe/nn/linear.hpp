@@ -11,8 +11,8 @@
 #include <type_traits>
 
 #include "ttmoe/io/bf16_matrix.hpp"
-#include "ttmoe/core/recording.hpp"
 #include "ttmoe/expr/expr.hpp"
+#include "ttmoe/nn/bf16_resident.hpp"
 #include "ttmoe/nn/callable.hpp"
 #include "ttmoe/nn/init.hpp"
 #include "ttmoe/ops/linear.hpp"
@@ -102,10 +102,7 @@ struct Linear : Callable<Linear<T, D>> {
   /// The BF16 path: inference only, float on the CPU.
   template <class S, class R>
   Tensor<T, DynShape<S::rank>, D> bf16_forward(const Tensor<T, S, D>& x, const Tensor<T, R, D>* residual) const {
-    if (autograd::is_recording())
-      throw ValueError("nn::Linear " + bf16_name_ +
-                       ": the weight is BF16-resident (inference only); training or autograd needs the F32 weight "
-                       "(load with WeightPrecision::f32)");
+    refuse_recording_bf16("nn::Linear", bf16_name_);
     if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
       return linear_bf16(x, weight_bf16, bias, residual);
     } else {
