@@ -3,7 +3,11 @@
 # (gmoe_torch.py: timm's ViT-S/16 with the fastest MoE dispatch found, see below), 2 threads each;
 # bench/report runs it in its `gmoe` section. PyTorch runs at its best: the reference environment's
 # torch (TTMOE_BENCH_TORCH_PYTHON overrides), torch.set_num_threads(2), OMP_NUM_THREADS=2
-# OMP_WAIT_POLICY=PASSIVE, fused Adam where available.
+# OMP_WAIT_POLICY=PASSIVE, fused Adam where available, and glibc's malloc told to keep freed memory
+# (TORCH_GLIBC_TUNABLES, default glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=64 GiB: no block
+# goes back to the kernel, so a step does not fault its activations in afresh; a 32-image step took
+# 57 s against 71 s without it, loaded EPYC), the counterpart of the caching pool's cap that
+# bench_gmoe_step raises in training (its --cache-gb).
 # The sides alternate process by process (ttmoe train, torch train, ..., then ttmoe eval, torch eval,
 # ...) for ROUNDS rounds so slow drifts of a shared machine hit both alike. Each ratio is the median
 # of its per-round ratios, each absolute figure the median of its per-round values:
@@ -19,7 +23,7 @@
 # is NoGrad / inference_mode forwards of EVAL_IMAGES images. Per process: WARMUP untimed runs, then
 # STEPS (train) or EVAL_RUNS (eval) timed ones, the process's figure their median.
 #   [STEP_IMAGES=96] [EVAL_IMAGES=64] [STEPS=1] [EVAL_RUNS=2] [WARMUP=1] [TORCH_DISPATCH=padded]
-#   [TORCH_COMPILE=0] [GMOE_STEP_BIN=prebuilt bench_gmoe_step] bench/gmoe/run_gmoe_bench.sh [BUILD_DIR] [ROUNDS]
+#   [TORCH_COMPILE=0] [TORCH_GLIBC_TUNABLES=...] [GMOE_STEP_BIN=prebuilt bench_gmoe_step] bench/gmoe/run_gmoe_bench.sh [BUILD_DIR] [ROUNDS]
 # (default build-gmoe-bench, 3 rounds). TORCH_DISPATCH=segments takes per-expert token segments and
 # addmm instead of Tutel's padded [E, C, D] slots with baddbmm (slower here although the padded form
 # does 1.5x the expert FLOPs; gmoe_torch.py --mode dispatch compares them; docs/design.md "GMoE").
@@ -46,14 +50,15 @@ if [ -z "$bin" ]; then  # stand-alone build of this folder
   bin=$build/bench_gmoe_step
 fi
 find_torch_python run_gmoe_bench
-echo "# PyTorch side: $torch_py, torch $("$torch_py" -c 'import torch; print(torch.__version__)'), dispatch $dispatch${compile:+, torch.compile}"
+tunables=${TORCH_GLIBC_TUNABLES-glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736}
+echo "# PyTorch side: $torch_py, torch $("$torch_py" -c 'import torch; print(torch.__version__)'), dispatch $dispatch${compile:+, torch.compile}, GLIBC_TUNABLES=${tunables:-<none>}"
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
 fail() { echo "run_gmoe_bench: $1 failed:" >&2; tail -20 "$err" >&2; exit 1; }
 # The PyTorch side checks its MoE formulations against the parity tests' reference layer first.
 OMP_NUM_THREADS=2 "$torch_py" "$here/gmoe_torch.py" --check 2>"$err" | sed 's/^/# /' || fail "gmoe_torch.py --check"
 torch_run() {
-  OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE "$torch_py" "$here/gmoe_torch.py" --threads 2 --dispatch "$dispatch" \
+  GLIBC_TUNABLES=$tunables OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE "$torch_py" "$here/gmoe_torch.py" --threads 2 --dispatch "$dispatch" \
     "${compile[@]}" "$@"
 }
 # One round of MODE (train or eval) with IMAGES images and RUNS timed runs per process: a ttmoe
