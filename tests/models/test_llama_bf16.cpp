@@ -109,11 +109,12 @@ TEST_CASE("bf16 linear through the packed GEMM: widened panels, tails, blocks an
           INFO("threads " << nt);
           check_bf16_linear(cpu_backend::linear_bf16_packed, rows, in, out);
         }
-  // Column blocks: at depth 8200, 2 NC + nr + 3 outputs make a B over kWholePanelMax floats, and a
-  // block is NC columns (kBlockPanel / 8200 < 2 NC), so three blocks, the last narrower than a
+  // Column blocks: at depth 16400, 2 NC + nr + 3 outputs make a B over kWholePanelMax floats, and a
+  // block is NC columns (kBlockPanel / 16400 < 2 NC), so three blocks, the last narrower than a
   // sliver's multiple; bias and residual move with each block.
   cpu_backend::set_num_threads(2);
-  const index_t deep = 8200, wide = 2 * nc + nr + 3;
+  const index_t deep = 16400, wide = 2 * nc + nr + 3;
+  REQUIRE(cpu_backend::packed::kBlockPanel / deep < 2 * nc);
   REQUIRE(deep * wide > cpu_backend::packed::kWholePanelMax);
   check_bf16_linear(cpu_backend::linear_bf16_packed, 7, deep, wide);
   cpu_backend::set_num_threads(threads_before);
@@ -121,13 +122,14 @@ TEST_CASE("bf16 linear through the packed GEMM: widened panels, tails, blocks an
 
 TEST_CASE("packed GEMM: BF16 bits widened while packing give exactly the F32 GEMM on the widened values", "[llm][bf16]") {
   // The packing variant is the only difference, so the results must be bit-identical: B transposed
-  // (a weight [N, K], as linear_bf16 uses it) and not ([K, N]), odd and even depths, one panel and
-  // column blocks (the F32 path takes the same blocks).
+  // (a weight [N, K], as linear_bf16 uses it) and not ([K, N]), odd and even depths; the BF16 B of
+  // the last case goes in column blocks and the F32 one in one panel, which sum each element in
+  // the same order.
   const std::size_t threads_before = cpu_backend::num_threads();
   cpu_backend::set_num_threads(2);
   const index_t nc = cpu_backend::packed::NC, nr = cpu_backend::packed::NR;
   struct Case { index_t M, N, K; };
-  for (const Case c : {Case{50, 2 * nr + 5, 385}, Case{13, nr - 1, 8}, Case{9, 2 * nc + nr + 3, 8199}})
+  for (const Case c : {Case{50, 2 * nr + 5, 385}, Case{13, nr - 1, 8}, Case{9, 2 * nc + nr + 3, 16399}})
     for (bool tb : {true, false}) {
       INFO("M " << c.M << " N " << c.N << " K " << c.K << " tb " << tb);
       const auto a = random_values(c.M * c.K, 21), b = random_values(c.N * c.K, 22);

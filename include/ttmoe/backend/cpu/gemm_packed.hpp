@@ -68,15 +68,10 @@ struct PackedIsa {
   };
   /// Reads two consecutive BF16 values (k, k + 1) from each of W rows `ld` apart as one 32-bit word
   /// and widens them: the low half shifted up is element k, the high half masked is k + 1 (lanes >=
-  /// `live` read as 0). A column pair of a transposed BF16 B, one gather per two k.
-  struct Bf16PairGather {
-    __m512i idx;
-    __mmask16 live;
-    Bf16PairGather(index_t first_row, index_t live_rows, index_t ld)
-        : idx(_mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(int(first_row)),
-                                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
-                                 _mm512_set1_epi32(int(ld)))),
-          live(live_rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << live_rows) - 1u)) {}
+  /// `live` read as 0). A column pair of a transposed BF16 B, one gather per two k; the offsets and
+  /// live lanes are ColumnGather's (in elements: this gather scales them by 2 bytes, not 4).
+  struct Bf16PairGather : ColumnGather {
+    using ColumnGather::ColumnGather;
     void load(const std::uint16_t* base, reg& even, reg& odd) const {
       const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, base, 2);
       even = _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
@@ -112,18 +107,14 @@ struct PackedIsa {
   };
   /// Reads two consecutive BF16 values (k, k + 1) from each of W rows `ld` apart as one 32-bit word
   /// and widens them: the low half shifted up is element k, the high half masked is k + 1 (lanes >=
-  /// `live` read as 0). A column pair of a transposed BF16 B, one gather per two k.
-  struct Bf16PairGather {
-    __m256i idx;
-    __m256i live;
-    Bf16PairGather(index_t first_row, index_t live_rows, index_t ld)
-        : idx(_mm256_mullo_epi32(_mm256_add_epi32(_mm256_set1_epi32(int(first_row)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-                                 _mm256_set1_epi32(int(ld)))),
-          live(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::clamp<index_t>(live_rows, 0, 8))),
-                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))) {}
+  /// `live` read as 0). A column pair of a transposed BF16 B, one gather per two k; the offsets and
+  /// live lanes are ColumnGather's (in elements: this gather scales them by 2 bytes, not 4).
+  struct Bf16PairGather : ColumnGather {
+    using ColumnGather::ColumnGather;
     void load(const std::uint16_t* base, reg& even, reg& odd) const {
       const __m256i words =
-          _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(base), idx, live, 2);
+          _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(base), idx,
+                                      _mm256_castps_si256(live), 2);
       even = _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
       odd = _mm256_castsi256_ps(_mm256_and_si256(words, _mm256_set1_epi32(int(0xFFFF0000u))));
     }
@@ -486,23 +477,27 @@ inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float 
   else pool.run_on_all(job);
 }
 
-/// Floats of packed B above which gemm() runs the columns of C in blocks (see gemm_in_column_blocks).
-inline constexpr index_t kWholePanelMax = index_t(4) << 20;  // 16 MiB
-/// Floats of packed B per column block: a panel that L3 holds while every row chunk reads it.
-inline constexpr index_t kBlockPanel = index_t(2) << 20;  // 8 MiB
+/// Floats of packed BF16 B above which gemm() runs the columns of C in blocks (see
+/// gemm_in_column_blocks): PackScratch's per-thread cap, so a panel either fits the kept buffer or is
+/// split.
+inline constexpr index_t kWholePanelMax = index_t(8) << 20;  // 32 MiB
+/// Floats of packed B per column block: half of L3 (32 MiB on this Zen 3).
+inline constexpr index_t kBlockPanel = index_t(4) << 20;  // 16 MiB
 
-/// gemm_tiled over blocks of C's columns, each packing only its own part of B. gemm_tiled packs
-/// all of op(B) before any tile runs, and every row chunk then reads all of it: an LLM's 8192 x 2048
-/// projection is a 64 MiB panel (an extra 64 MiB of RSS, and for BF16 weights twice the weight
-/// itself) that L3 cannot hold, so each chunk streamed it from DRAM again (a B load was the kernel's
-/// hottest instruction). Blocks of at most kBlockPanel floats stay in L3 between chunks. Block widths
-/// are multiples of NC, which every tile shape's sliver width divides, so only the last block has a
+/// gemm_tiled, over blocks of C's columns when B is BF16 and large, each block packing only its own
+/// part of B. gemm_tiled packs all of op(B) before any tile runs: for an LLM's 8192 x 2048 BF16
+/// projection that is a 64 MiB F32 panel, twice the weight it widens, taken from the pool for the
+/// call and kept in its cache, which alone would put a 4-layer 1B model's peak RSS over 1.15 x its
+/// weights. Blocks of at most kBlockPanel floats fit the per-thread buffer. F32 B stays one panel:
+/// split the same way it measured 5-8% slower (bench_bf16_decode-style A/B, 512 rows, AMD EPYC AVX2,
+/// loaded), each block adding a barrier that a descheduled thread stretches. Block widths are
+/// multiples of NC, which every tile shape's sliver width divides, so only the last block has a
 /// partial sliver, as the whole width would.
 template <class Tl, class Act, class BE>
 inline void gemm_in_column_blocks(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A,
                                   index_t lda, const BE* B, index_t ldb, float beta, float* C, index_t ldc,
                                   const ttmoe::GemmEpilogue<float>& ep) {
-  if (K * N <= kWholePanelMax) {
+  if (std::is_same_v<BE, float> || K * N <= kWholePanelMax) {
     gemm_tiled<Tl, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
     return;
   }
@@ -513,7 +508,7 @@ inline void gemm_in_column_blocks(bool ta, bool tb, index_t M, index_t N, index_
 }
 
 /// C = alpha op(A) op(B) + beta C, finished by `ep` with activation Act (void: none; see
-/// gemm_tiled), with the tile shape that pads N least; a large B goes in column blocks
+/// gemm_tiled), with the tile shape that pads N least; a large BF16 B goes in column blocks
 /// (gemm_in_column_blocks). B is float, or BF16 bits (BE = std::uint16_t, a BF16-resident weight)
 /// widened to float as it is packed; A and C are float either way.
 template <class Act = void, class BE = float>

@@ -176,12 +176,12 @@ inline void linear_bf16_dot(const float* x, index_t rows, const io::Bf16Matrix& 
 #if defined(TTMOE_PACKED_GEMM)
 /// Activation rows from which linear_bf16 runs the packed GEMM instead of the dot-product kernel
 /// (measured with bench_bf16_decode --rows; docs/design.md "BF16-resident LLM weights").
-inline constexpr index_t kPackedGemmMinRows = 16;
+inline constexpr index_t kPackedGemmMinRows = 80;
 
 /// The packed-GEMM kernel for linear_bf16 (any row count; the one that runs from kPackedGemmMinRows):
 /// the same result through packed::gemm with W's BF16 panels widened to F32 as they are packed (in
-/// column blocks for a large W, so the widened copy stays a few MiB), and bias and residual added
-/// as each tile is stored.
+/// column blocks for a large W, so the widened copy stays at most 16 MiB), and bias and residual
+/// added as each tile is stored.
 inline void linear_bf16_packed(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias,
                                const float* residual, float* y) {
   if (rows == 0 || w.rows == 0) return;
