@@ -478,11 +478,12 @@ inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float 
 }
 
 /// Floats of packed BF16 B above which gemm() runs the columns of C in blocks (see
-/// gemm_in_column_blocks): PackScratch's per-thread cap, so a panel either fits the kept buffer or is
-/// split.
-inline constexpr index_t kWholePanelMax = index_t(8) << 20;  // 32 MiB
-/// Floats of packed B per column block: half of L3 (32 MiB on this Zen 3).
-inline constexpr index_t kBlockPanel = index_t(4) << 20;  // 16 MiB
+/// gemm_in_column_blocks). The panel lands in PackScratch's per-thread buffer, which is kept, so this
+/// is also what BF16 prefill adds to the resident set: 16 MiB put a 4-layer 1B model's peak RSS at
+/// 1.151 x its weights (target 1.15), 8 MiB keeps it near 1.14.
+inline constexpr index_t kWholePanelMax = index_t(2) << 20;  // 8 MiB
+/// Floats of packed B per column block.
+inline constexpr index_t kBlockPanel = kWholePanelMax;
 
 /// gemm_tiled, over blocks of C's columns when B is BF16 and large, each block packing only its own
 /// part of B. gemm_tiled packs all of op(B) before any tile runs: for an LLM's 8192 x 2048 BF16
