@@ -7,7 +7,10 @@
 //   bf16_gemv_fraction_of_triad   the ratio (issue target >= 0.85)
 // With `--rss DIR` it instead loads the HF folder DIR with BF16 weights (mapped), prefills a short
 // prompt into a 2048-token KV cache, decodes a few tokens and prints peak RSS (getrusage) over the
-// weight bytes on disk (issue target <= 1.15). Threads: $TTMOE_BENCH_THREADS (default 2).
+// weight bytes on disk (issue target <= 1.15). With `--rows R1,R2,...` it times the layer's 7
+// projections at R activation rows through each of linear_bf16's two kernels (the dot-product kernel
+// and the packed GEMM), alternating, and prints `rows_R_packed_over_dot: t_packed / t_dot` (below 1:
+// the GEMM wins; kPackedGemmMinRows is set from these). Threads: $TTMOE_BENCH_THREADS (default 2).
 #include <ttmoe/models/llm.hpp>
 #include <ttmoe/ttmoe.hpp>
 
@@ -63,13 +66,9 @@ int rss_mode(const std::filesystem::path& dir) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  cpu_backend::set_num_threads(std::size_t(bench::env_int("TTMOE_BENCH_THREADS", 2)));
-  if (argc == 3 && std::string(argv[1]) == "--rss") return rss_mode(argv[2]);
-
-  // One decoder layer at Llama-3.2-1B widths: [out, in] of each projection.
+/// One decoder layer at Llama-3.2-1B widths ([out, in] of q, k, v, o, gate, up, down) with random
+/// BF16 weights.
+std::vector<io::Bf16Matrix> layer_weights() {
   const index_t hidden = 2048, kv = 512, inter = 8192;
   const std::vector<std::pair<index_t, index_t>> shapes{{hidden, hidden}, {kv, hidden},    {kv, hidden},
                                                         {hidden, hidden}, {inter, hidden}, {inter, hidden},
@@ -77,13 +76,56 @@ int main(int argc, char** argv) {
   std::mt19937 rng(3);
   std::normal_distribution<float> d(0.f, 0.02f);
   std::vector<io::Bf16Matrix> ws;
-  double weight_bytes = 0;
   for (auto [o, i] : shapes) {
     std::vector<float> v(std::size_t(o * i));
     for (auto& x : v) x = d(rng);
     ws.push_back(io::Bf16Matrix::from_floats(v.data(), o, i));
-    weight_bytes += double(ws.back().bytes());
   }
+  return ws;
+}
+
+#if defined(TTMOE_PACKED_GEMM)
+/// --rows: the dot-product kernel against the packed GEMM at each row count in `list` (comma-separated).
+int rows_mode(const std::string& list) {
+  const auto ws = layer_weights();
+  const int rounds = bench::env_int("TTMOE_BENCH_REPS", 5);
+  std::size_t at = 0;
+  while (at < list.size()) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    const index_t rows = std::stoul(list.substr(at, comma - at));
+    at = comma + 1;
+    std::vector<float> x(std::size_t(rows * 8192), 0.5f), y(std::size_t(rows * 8192));
+    auto run = [&](auto kernel) {
+      const auto t0 = bench::Clock::now();
+      for (const auto& w : ws) kernel(x.data(), rows, w, nullptr, nullptr, y.data());
+      return bench::seconds_since(t0);
+    };
+    std::vector<double> ratio;
+    run(cpu_backend::linear_bf16_dot), run(cpu_backend::linear_bf16_packed);  // warm-up
+    for (int r = 0; r < rounds; ++r) {
+      const double dot = run(cpu_backend::linear_bf16_dot);
+      ratio.push_back(run(cpu_backend::linear_bf16_packed) / dot);
+    }
+    std::printf("rows_%zu_packed_over_dot: %.3f\n", std::size_t(rows), bench::median(ratio));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cpu_backend::set_num_threads(std::size_t(bench::env_int("TTMOE_BENCH_THREADS", 2)));
+  if (argc == 3 && std::string(argv[1]) == "--rss") return rss_mode(argv[2]);
+#if defined(TTMOE_PACKED_GEMM)
+  if (argc == 3 && std::string(argv[1]) == "--rows") return rows_mode(argv[2]);
+#endif
+
+  const auto ws = layer_weights();
+  double weight_bytes = 0;
+  for (const auto& w : ws) weight_bytes += double(w.bytes());
+  const index_t inter = 8192;
   std::vector<float> x(inter, 0.5f), y(inter);
   auto layer = [&] {
     for (const auto& w : ws) cpu_backend::linear_bf16(x.data(), 1, w, nullptr, nullptr, y.data());

@@ -49,35 +49,49 @@ struct TempDir {
 
 }  // namespace
 
+/// Checks y = x W^T + bias + residual from one of linear_bf16's kernels against a double reference
+/// on the BF16-rounded weights; the bound scales with the sum of the products' magnitudes.
+template <class Kernel>
+void check_bf16_linear(Kernel kernel, index_t rows, index_t in, index_t out) {
+  const auto w = random_values(out * in, in), x = random_values(rows * in, rows + 100);
+  const auto bias = random_values(out, 7), res = random_values(rows * out, 8);
+  const io::Bf16Matrix W = io::Bf16Matrix::from_floats(w.data(), out, in);
+  const auto wq = W.to_floats();
+  // Rounding is to nearest: within half a BF16 ulp (2^-8 relative, 8 significant bits).
+  for (std::size_t i = 0; i < w.size(); ++i) CHECK(std::abs(wq[i] - w[i]) <= std::abs(w[i]) * 0x1p-8f);
+  std::vector<float> y(rows * out);
+  kernel(x.data(), rows, W, bias.data(), res.data(), y.data());
+  // Without bias and residual too (the GEMM's store then adds nothing).
+  std::vector<float> plain(rows * out);
+  kernel(x.data(), rows, W, nullptr, nullptr, plain.data());
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t o = 0; o < out; ++o) {
+      double s = 0, mag = 0;
+      for (index_t k = 0; k < in; ++k) {
+        s += double(x[r * in + k]) * wq[o * in + k];
+        mag += std::abs(double(x[r * in + k]) * wq[o * in + k]);
+      }
+      const double full = s + bias[o] + res[r * out + o];
+      const double full_mag = mag + std::abs(bias[o]) + std::abs(res[r * out + o]);
+      INFO("in " << in << " rows " << rows << " out " << out << " r " << r << " o " << o);
+      CHECK(std::abs(y[r * out + o] - full) <= 1e-6 * full_mag + 1e-7);
+      CHECK(std::abs(plain[r * out + o] - s) <= 1e-6 * mag + 1e-7);
+    }
+}
+
 TEST_CASE("bf16 linear kernel: rows, odd widths, bias and residual against a double reference", "[llm][bf16]") {
   const std::size_t threads_before = cpu_backend::num_threads();
   // Widths: odd (scalar path), even with SIMD tails (half = 9, 35), several vectors; output counts
-  // below, at and off the decode path's 4-row passes; 1 and 2 threads split the outputs.
+  // below, at and off the decode path's 4-row passes; 1 and 2 threads split the outputs. Row counts
+  // stay below kPackedGemmMinRows, so linear_bf16 runs the dot-product kernel (checked below).
   for (std::size_t nt : {std::size_t(1), std::size_t(2)})
-  for (index_t in : {index_t(1), index_t(7), index_t(18), index_t(32), index_t(70), index_t(530)})
-    for (index_t rows : {index_t(1), index_t(3), index_t(9)})
-    for (index_t out : {index_t(3), index_t(37), index_t(64)}) {
-      cpu_backend::set_num_threads(nt);
-      INFO("threads " << nt << " out " << out);
-      const auto w = random_values(out * in, in), x = random_values(rows * in, rows + 100);
-      const auto bias = random_values(out, 7), res = random_values(rows * out, 8);
-      const io::Bf16Matrix W = io::Bf16Matrix::from_floats(w.data(), out, in);
-      const auto wq = W.to_floats();
-      // Rounding is to nearest: within half a BF16 ulp (2^-8 relative, 8 significant bits).
-      for (std::size_t i = 0; i < w.size(); ++i) CHECK(std::abs(wq[i] - w[i]) <= std::abs(w[i]) * 0x1p-8f);
-      std::vector<float> y(rows * out);
-      cpu_backend::linear_bf16(x.data(), rows, W, bias.data(), res.data(), y.data());
-      for (index_t r = 0; r < rows; ++r)
-        for (index_t o = 0; o < out; ++o) {
-          double s = double(bias[o]) + res[r * out + o], mag = std::abs(bias[o]) + std::abs(res[r * out + o]);
-          for (index_t k = 0; k < in; ++k) {
-            s += double(x[r * in + k]) * wq[o * in + k];
-            mag += std::abs(double(x[r * in + k]) * wq[o * in + k]);
-          }
-          INFO("in " << in << " rows " << rows << " r " << r << " o " << o);
-          CHECK(std::abs(y[r * out + o] - s) <= 1e-6 * mag + 1e-7);
+    for (index_t in : {index_t(1), index_t(7), index_t(18), index_t(32), index_t(70), index_t(530)})
+      for (index_t rows : {index_t(1), index_t(3), index_t(9)})
+        for (index_t out : {index_t(3), index_t(37), index_t(64)}) {
+          cpu_backend::set_num_threads(nt);
+          INFO("threads " << nt);
+          check_bf16_linear(cpu_backend::linear_bf16, rows, in, out);
         }
-    }
   cpu_backend::set_num_threads(threads_before);
 }
 
@@ -109,6 +123,86 @@ TEST_CASE("bf16 embedding table: rows widened, bad ids and a recording tape refu
     CHECK(emb(ids).to_vector() == got);
   }
 }
+
+#if defined(TTMOE_PACKED_GEMM)
+TEST_CASE("bf16 linear through the packed GEMM: widened panels, tails, blocks and the row threshold", "[llm][bf16]") {
+  const std::size_t threads_before = cpu_backend::num_threads();
+  const index_t nr = cpu_backend::packed::NR, nc = cpu_backend::packed::NC;
+  // The GEMM kernel itself, at any row count (1 to past the tile's MR and the pool's row split):
+  // depths odd (the scalar last k after the pair gathers) and even, below and past one k-block
+  // (KC = 384) with a remainder; output counts that end in a partial vector and a partial sliver,
+  // and a whole sliver.
+  for (std::size_t nt : {std::size_t(1), std::size_t(2)})
+    for (index_t in : {index_t(1), index_t(7), index_t(18), index_t(385), index_t(800)})
+      for (index_t rows : {index_t(1), index_t(5), index_t(13), index_t(50)})
+        for (index_t out : {index_t(3), nr - 1, nr, 2 * nr + 5}) {
+          cpu_backend::set_num_threads(nt);
+          INFO("threads " << nt);
+          check_bf16_linear(cpu_backend::linear_bf16_packed, rows, in, out);
+        }
+  // Column blocks: at depth 16400, 2 NC + nr + 3 outputs make a B over kWholePanelMax floats, and a
+  // block is NC columns (kBlockPanel / 16400 < 2 NC), so three blocks, the last narrower than a
+  // sliver's multiple; bias and residual move with each block.
+  cpu_backend::set_num_threads(2);
+  const index_t deep = 16400, wide = 2 * nc + nr + 3;
+  REQUIRE(cpu_backend::packed::kBlockPanel / deep < 2 * nc);
+  REQUIRE(deep * wide > cpu_backend::packed::kWholePanelMax);
+  check_bf16_linear(cpu_backend::linear_bf16_packed, 7, deep, wide);
+  cpu_backend::set_num_threads(threads_before);
+}
+
+TEST_CASE("packed GEMM: BF16 bits widened while packing give exactly the F32 GEMM on the widened values", "[llm][bf16]") {
+  // The packing variant is the only difference, so the results must be bit-identical: B transposed
+  // (a weight [N, K], as linear_bf16 uses it) and not ([K, N]), odd and even depths; the BF16 B of
+  // the last case goes in column blocks and the F32 one in one panel, which sum each element in
+  // the same order.
+  const std::size_t threads_before = cpu_backend::num_threads();
+  cpu_backend::set_num_threads(2);
+  const index_t nc = cpu_backend::packed::NC, nr = cpu_backend::packed::NR;
+  struct Case { index_t M, N, K; };
+  for (const Case c : {Case{50, 2 * nr + 5, 385}, Case{13, nr - 1, 8}, Case{9, 2 * nc + nr + 3, 16399}})
+    for (bool tb : {true, false}) {
+      INFO("M " << c.M << " N " << c.N << " K " << c.K << " tb " << tb);
+      const auto a = random_values(c.M * c.K, 21), b = random_values(c.N * c.K, 22);
+      const io::Bf16Matrix B = io::Bf16Matrix::from_floats(b.data(), tb ? c.N : c.K, tb ? c.K : c.N);
+      const auto widened = B.to_floats();
+      const index_t ldb = tb ? c.K : c.N;
+      std::vector<float> from_bits(c.M * c.N), from_floats(c.M * c.N);
+      cpu_backend::packed::gemm(false, tb, c.M, c.N, c.K, 1.f, a.data(), c.K, B.bits, ldb, 0.f, from_bits.data(), c.N);
+      cpu_backend::packed::gemm(false, tb, c.M, c.N, c.K, 1.f, a.data(), c.K, widened.data(), ldb, 0.f,
+                                from_floats.data(), c.N);
+      CHECK(from_bits == from_floats);
+      // And both against a double reference (so neither is wrong in the same way).
+      double worst = 0;
+      for (index_t m = 0; m < c.M; ++m)
+        for (index_t n = 0; n < c.N; ++n) {
+          double s = 0, mag = 0;
+          for (index_t k = 0; k < c.K; ++k) {
+            const double p = double(a[m * c.K + k]) * widened[tb ? n * c.K + k : k * c.N + n];
+            s += p, mag += std::abs(p);
+          }
+          worst = std::max(worst, std::abs(from_bits[m * c.N + n] - s) / (mag + 1e-30));
+        }
+      CHECK(worst <= 1e-6);
+    }
+  // The chooser either side of the threshold: the same inputs through linear_bf16 give exactly
+  // what the kernel it should pick gives (the two kernels sum in different orders, so they differ
+  // in the last bits, which is what tells them apart here).
+  const index_t in = 530, out = 2 * nr + 5;
+  for (index_t rows : {cpu_backend::kPackedGemmMinRows - 1, cpu_backend::kPackedGemmMinRows}) {
+    const auto w = random_values(out * in, 11), x = random_values(rows * in, 12);
+    const io::Bf16Matrix W = io::Bf16Matrix::from_floats(w.data(), out, in);
+    std::vector<float> chosen(rows * out), dot(rows * out), gemm(rows * out);
+    cpu_backend::linear_bf16(x.data(), rows, W, nullptr, nullptr, chosen.data());
+    cpu_backend::linear_bf16_dot(x.data(), rows, W, nullptr, nullptr, dot.data());
+    cpu_backend::linear_bf16_packed(x.data(), rows, W, nullptr, nullptr, gemm.data());
+    INFO("rows " << rows);
+    REQUIRE(dot != gemm);  // otherwise this check could not tell the kernels apart
+    CHECK(chosen == (rows >= cpu_backend::kPackedGemmMinRows ? gemm : dot));
+  }
+  cpu_backend::set_num_threads(threads_before);
+}
+#endif
 
 TEST_CASE("bf16-resident llama: logits, cache and greedy tokens equal the bf16 checkpoint in f32", "[llm][bf16]") {
   for (bool qwen : {false, true})

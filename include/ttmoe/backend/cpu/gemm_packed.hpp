@@ -14,7 +14,9 @@
 // keep an A sliver (KC x MR) in L1 while a B block (KC x NC) stays in L2.
 //
 // Row-major C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C. Packed layouts: A slivers of MR rows
-// as [k][r], B slivers of NR columns as [k][c], each zero-padded to a full sliver.
+// as [k][r], B slivers of NR columns as [k][c], each zero-padded to a full sliver. B may also be BF16
+// bits (a BF16-resident weight, backend/cpu/linear_bf16.hpp's prefill): pack_b widens them into the
+// F32 panel, so everything after packing is the F32 kernel.
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #define TTMOE_PACKED_GEMM 1
@@ -24,6 +26,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -62,6 +66,18 @@ struct PackedIsa {
           live(live_rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << live_rows) - 1u)) {}
     reg load(const float* base) const { return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, base, 4); }
   };
+  /// Reads two consecutive BF16 values (k, k + 1) from each of W rows `ld` apart as one 32-bit word
+  /// and widens them: the low half shifted up is element k, the high half masked is k + 1 (lanes >=
+  /// `live` read as 0). A column pair of a transposed BF16 B, one gather per two k; the offsets and
+  /// live lanes are ColumnGather's (in elements: this gather scales them by 2 bytes, not 4).
+  struct Bf16PairGather : ColumnGather {
+    using ColumnGather::ColumnGather;
+    void load(const std::uint16_t* base, reg& even, reg& odd) const {
+      const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, base, 2);
+      even = _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
+      odd = _mm512_castsi512_ps(_mm512_and_si512(words, _mm512_set1_epi32(int(0xFFFF0000u))));
+    }
+  };
 };
 #else
 /// The AVX2+FMA vector unit as the kernel sees it: 8 float lanes in a ymm register.
@@ -88,6 +104,20 @@ struct PackedIsa {
           live(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::clamp<index_t>(live_rows, 0, 8))),
                                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)))) {}
     reg load(const float* base) const { return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), base, idx, live, 4); }
+  };
+  /// Reads two consecutive BF16 values (k, k + 1) from each of W rows `ld` apart as one 32-bit word
+  /// and widens them: the low half shifted up is element k, the high half masked is k + 1 (lanes >=
+  /// `live` read as 0). A column pair of a transposed BF16 B, one gather per two k; the offsets and
+  /// live lanes are ColumnGather's (in elements: this gather scales them by 2 bytes, not 4).
+  struct Bf16PairGather : ColumnGather {
+    using ColumnGather::ColumnGather;
+    void load(const std::uint16_t* base, reg& even, reg& odd) const {
+      const __m256i words =
+          _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(base), idx,
+                                      _mm256_castps_si256(live), 2);
+      even = _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
+      odd = _mm256_castsi256_ps(_mm256_and_si256(words, _mm256_set1_epi32(int(0xFFFF0000u))));
+    }
   };
 };
 #endif
@@ -254,25 +284,58 @@ inline void pack_a(bool ta, const float* A, index_t lda, index_t m0, index_t mc,
   }
 }
 
+/// The float a BF16 value stands for: its 16 bits are the float's upper half.
+inline float widen_bf16(std::uint16_t bits) { return std::bit_cast<float>(std::uint32_t(bits) << 16); }
+
 /// Packs op(B)[k0 : k0 + kc, n0 : n0 + nc] into slivers of NR columns ([k][c], zero columns past nc).
-template <class Tl>
-inline void pack_b(bool tb, const float* B, index_t ldb, index_t k0, index_t kc, index_t n0, index_t nc, float* out) {
+/// BE is B's element: float, or std::uint16_t holding BF16 bits (a BF16-resident weight), widened to
+/// float here, so the packed panel and the micro-kernel are the same for both (the packing buffer is
+/// F32 anyway, and widening is a shift).
+template <class Tl, class BE>
+inline void pack_b(bool tb, const BE* B, index_t ldb, index_t k0, index_t kc, index_t n0, index_t nc, float* out) {
+  static_assert(std::is_same_v<BE, float> || std::is_same_v<BE, std::uint16_t>, "B is float or BF16 bits");
+  constexpr bool bf16 = std::is_same_v<BE, std::uint16_t>;
   constexpr index_t NR = Tl::NR;
   constexpr int NV = Tl::NV;
   for (index_t j = 0; j < nc; j += NR) {
     const index_t w = std::min(NR, nc - j);
     float* o = out + (j / NR) * kc * NR;
-    if (!tb) {  // rows of B are contiguous: copy w values per k
+    if (!tb) {  // rows of B are contiguous: copy (or widen) w values per k
       for (index_t k = 0; k < kc; ++k) {
-        const float* src = B + (k0 + k) * ldb + n0 + j;
-        std::memcpy(o + k * NR, src, std::size_t(w) * sizeof(float));
+        const BE* src = B + (k0 + k) * ldb + n0 + j;
+        if constexpr (bf16)
+          for (index_t c = 0; c < w; ++c) o[k * NR + c] = widen_bf16(src[c]);
+        else
+          std::memcpy(o + k * NR, src, std::size_t(w) * sizeof(float));
         for (index_t c = w; c < NR; ++c) o[k * NR + c] = 0.f;
       }
-    } else {  // op(B)(k, n) = B[n, k]: per k, gather one value from each of W rows of B per vector
-      const float* base = B + (n0 + j) * ldb + k0;
-      // Rows of B behind vector v of this sliver: w - W v, or none. index_t is unsigned, so w - W v
-      // for a narrow last sliver would wrap to a huge count, enable every lane and gather rows past B.
-      const auto live_rows = [w](int first) { return w > index_t(first) ? w - index_t(first) : index_t(0); };
+      continue;
+    }
+    // op(B)(k, n) = B[n, k]: per k, gather one value from each of W rows of B per vector.
+    const BE* base = B + (n0 + j) * ldb + k0;
+    // Rows of B behind vector v of this sliver: w - W v, or none. index_t is unsigned, so w - W v
+    // for a narrow last sliver would wrap to a huge count, enable every lane and gather rows past B.
+    const auto live_rows = [w](int first) { return w > index_t(first) ? w - index_t(first) : index_t(0); };
+    if constexpr (bf16) {
+      // One 32-bit gather per two k: both values lie inside the row (k + 1 < kc), so no read
+      // passes the end of a row or of the (possibly memory-mapped) matrix. An odd kc leaves its
+      // last k to a scalar loop.
+      const std::array<typename V::Bf16PairGather, NV> cols = [&]<int... v>(std::integer_sequence<int, v...>) {
+        return std::array<typename V::Bf16PairGather, NV>{typename V::Bf16PairGather(W * v, live_rows(W * v), ldb)...};
+      }(std::make_integer_sequence<int, NV>{});
+      index_t k = 0;
+      for (; k + 2 <= kc; k += 2)
+        for (int v = 0; v < NV; ++v) {
+          typename V::reg even, odd;
+          cols[std::size_t(v)].load(base + k, even, odd);
+          V::store(o + k * NR + W * v, even);
+          V::store(o + (k + 1) * NR + W * v, odd);
+        }
+      if (k < kc) {
+        for (index_t c = 0; c < w; ++c) o[k * NR + c] = widen_bf16(base[c * ldb + k]);
+        for (index_t c = w; c < NR; ++c) o[k * NR + c] = 0.f;
+      }
+    } else {
       const std::array<typename V::ColumnGather, NV> cols = [&]<int... v>(std::integer_sequence<int, v...>) {
         return std::array<typename V::ColumnGather, NV>{typename V::ColumnGather(W * v, live_rows(W * v), ldb)...};
       }(std::make_integer_sequence<int, NV>{});
@@ -345,9 +408,9 @@ inline bool suits(index_t M, index_t N, index_t K) {
 /// chunks of rows of C from a shared counter and run each chunk through every k-block. Taking chunks
 /// rather than a fixed half each matters on shared machines: a static split with a barrier per
 /// k-block measured ~9% of a MoETTA step's thread time spent waiting for the other thread's share.
-template <class Tl, class Act>
+template <class Tl, class Act, class BE>
 inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A, index_t lda,
-                       const float* B, index_t ldb, float beta, float* C, index_t ldc, const ttmoe::GemmEpilogue<float>& ep) {
+                       const BE* B, index_t ldb, float beta, float* C, index_t ldc, const ttmoe::GemmEpilogue<float>& ep) {
   constexpr index_t MR = Tl::MR, NR = Tl::NR;
   auto& pool = ThreadPool::instance();
   const std::size_t threads = ThreadPool::in_parallel() ? 1 : pool.num_threads();
@@ -414,18 +477,51 @@ inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float 
   else pool.run_on_all(job);
 }
 
+/// Floats of packed BF16 B above which gemm() runs the columns of C in blocks (see
+/// gemm_in_column_blocks). The panel lands in PackScratch's per-thread buffer, which is kept, so this
+/// is also what BF16 prefill adds to the resident set: 16 MiB put a 4-layer 1B model's peak RSS at
+/// 1.151 x its weights (target 1.15), 8 MiB keeps it near 1.14.
+inline constexpr index_t kWholePanelMax = index_t(2) << 20;  // 8 MiB
+/// Floats of packed B per column block.
+inline constexpr index_t kBlockPanel = kWholePanelMax;
+
+/// gemm_tiled, over blocks of C's columns when B is BF16 and large, each block packing only its own
+/// part of B. gemm_tiled packs all of op(B) before any tile runs: for an LLM's 8192 x 2048 BF16
+/// projection that is a 64 MiB F32 panel, twice the weight it widens, taken from the pool for the
+/// call and kept in its cache, which alone would put a 4-layer 1B model's peak RSS over 1.15 x its
+/// weights. Blocks of at most kBlockPanel floats fit the per-thread buffer. F32 B stays one panel:
+/// split the same way it measured 5-8% slower (bench_bf16_decode-style A/B, 512 rows, AMD EPYC AVX2,
+/// loaded), each block adding a barrier that a descheduled thread stretches. Block widths are
+/// multiples of NC, which every tile shape's sliver width divides, so only the last block has a
+/// partial sliver, as the whole width would.
+template <class Tl, class Act, class BE>
+inline void gemm_in_column_blocks(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A,
+                                  index_t lda, const BE* B, index_t ldb, float beta, float* C, index_t ldc,
+                                  const ttmoe::GemmEpilogue<float>& ep) {
+  if (std::is_same_v<BE, float> || K * N <= kWholePanelMax) {
+    gemm_tiled<Tl, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+    return;
+  }
+  const index_t block = std::max(NC, kBlockPanel / K / NC * NC);
+  for (index_t n0 = 0; n0 < N; n0 += block)
+    gemm_tiled<Tl, Act>(ta, tb, M, std::min(block, N - n0), K, alpha, A, lda, tb ? B + n0 * ldb : B + n0, ldb, beta,
+                        C + n0, ldc, ep.at(0, n0));
+}
+
 /// C = alpha op(A) op(B) + beta C, finished by `ep` with activation Act (void: none; see
-/// gemm_tiled), with the tile shape that pads N least.
-template <class Act = void>
+/// gemm_tiled), with the tile shape that pads N least; a large BF16 B goes in column blocks
+/// (gemm_in_column_blocks). B is float, or BF16 bits (BE = std::uint16_t, a BF16-resident weight)
+/// widened to float as it is packed; A and C are float either way.
+template <class Act = void, class BE = float>
 inline void gemm(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A, index_t lda,
-                 const float* B, index_t ldb, float beta, float* C, index_t ldc, const ttmoe::GemmEpilogue<float>& ep = {}) {
+                 const BE* B, index_t ldb, float beta, float* C, index_t ldc, const ttmoe::GemmEpilogue<float>& ep = {}) {
   if constexpr (!std::is_same_v<AltTile, WideTile>) {
     if (N % AltTile::NR == 0 && N % WideTile::NR != 0) {
-      gemm_tiled<AltTile, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+      gemm_in_column_blocks<AltTile, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
       return;
     }
   }
-  gemm_tiled<WideTile, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+  gemm_in_column_blocks<WideTile, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
 }
 
 }  // namespace ttmoe::cpu_backend::packed

@@ -1,14 +1,21 @@
 #pragma once
 // y = x W^T (+ bias) (+ residual) with W a BF16-resident weight (io/bf16_matrix.hpp), F32
-// activations and F32 accumulation (issue #14). One kernel serves decode and prefill:
-//  * x is split once per row into its even and odd elements. A 32-bit load of W then holds two
-//    BF16 values, and `word << 16` / `word & 0xFFFF0000` ARE the even / odd floats, so widening
-//    costs one shift or AND per lane and the dot product needs no shuffles at any SIMD width
-//    (xsimd picks AVX2 here, AVX-512 where built for it).
-//  * Threads split the output features: each weight row streams from memory once per call and,
-//    with up to kRowsPerPass x rows sharing each widened weight vector, is reused from registers.
-//    At batch 1 this is a GEMV running at memory bandwidth, the point of keeping weights BF16.
-// An odd `cols` (no real model has one) falls back to a scalar loop.
+// activations and F32 accumulation (issue #14). Two kernels, chosen by the number of activation rows:
+//  * Few rows (decode, short continuations): a dot-product kernel. x is split once per row into its
+//    even and odd elements. A 32-bit load of W then holds two BF16 values, and `word << 16` /
+//    `word & 0xFFFF0000` ARE the even / odd floats, so widening costs one shift or AND per lane and
+//    the dot product needs no shuffles at any SIMD width (xsimd picks AVX2 here, AVX-512 where built
+//    for it). Threads split the output features: each weight row streams from memory once per call
+//    and, with up to kRowsPerPass x rows sharing each widened weight vector, is reused from
+//    registers. At batch 1 this is a GEMV running at memory bandwidth, the point of keeping weights
+//    BF16.
+//  * Many rows (prefill): the packed F32 GEMM (gemm_packed.hpp) with W widened to F32 as its panels
+//    are packed. The dot-product kernel re-reads every x row from cache for every weight row, which
+//    caps it well below GEMM speed once x outgrows L2; the GEMM reuses each packed weight panel for
+//    all rows from L2 and its register tile does 12 (AVX2) or 24 (AVX-512) FMAs per B load.
+//    kPackedGemmMinRows (measured, docs/design.md) is where the GEMM starts to win.
+// An odd `cols` (no real model has one) falls back to a scalar loop in the dot-product kernel (the
+// GEMM packs an odd depth's last column by a scalar loop, so it takes odd widths as they are).
 
 #include <algorithm>
 #include <cstdint>
@@ -17,6 +24,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "ttmoe/backend/cpu/gemm_packed.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 #include "ttmoe/io/bf16_matrix.hpp"
 #include "ttmoe/core/error.hpp"
@@ -100,10 +108,10 @@ inline void bf16_gemv_rows(const std::uint16_t* w, index_t half, const float* xs
 
 }  // namespace detail
 
-/// y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]) for r < rows; x [rows, w.cols],
-/// y and residual [rows, w.rows]; bias and residual may be null.
-inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
-                        float* y) {
+/// The dot-product kernel for linear_bf16 (any row count; the one that runs below
+/// kPackedGemmMinRows): y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]).
+inline void linear_bf16_dot(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias,
+                            const float* residual, float* y) {
   constexpr index_t kRowsPerPass = 4;
   const index_t in = w.cols, out = w.rows, half = in / 2;
   const bool paired = in % 2 == 0;
@@ -163,6 +171,41 @@ inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, c
       }
     }
   });
+}
+
+#if defined(TTMOE_PACKED_GEMM)
+/// Activation rows from which linear_bf16 runs the packed GEMM instead of the dot-product kernel
+/// (measured with bench_bf16_decode --rows; docs/design.md "BF16-resident LLM weights").
+inline constexpr index_t kPackedGemmMinRows = 80;
+
+/// The packed-GEMM kernel for linear_bf16 (any row count; the one that runs from kPackedGemmMinRows):
+/// the same result through packed::gemm with W's BF16 panels widened to F32 as they are packed (in
+/// column blocks for a large W, so the widened copy stays at most 16 MiB), and bias and residual
+/// added as each tile is stored.
+inline void linear_bf16_packed(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias,
+                               const float* residual, float* y) {
+  if (rows == 0 || w.rows == 0) return;
+  ttmoe::GemmEpilogue<float> ep;
+  ep.bias = bias;
+  ep.residual = residual;
+  ep.ld_residual = w.rows;
+  packed::gemm(false, true, rows, w.rows, w.cols, 1.f, x, w.cols, w.bits, w.cols, 0.f, y, w.rows, ep);
+}
+#endif
+
+/// y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]) for r < rows; x [rows, w.cols],
+/// y and residual [rows, w.rows]; bias and residual may be null. Prefill-sized inputs (from
+/// kPackedGemmMinRows rows, in AVX2+FMA / AVX-512 builds) run the packed GEMM, fewer rows the
+/// dot-product kernel.
+inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
+                        float* y) {
+#if defined(TTMOE_PACKED_GEMM)
+  if (rows >= kPackedGemmMinRows && w.cols > 0 && w.rows >= packed::NR) {
+    linear_bf16_packed(x, rows, w, bias, residual, y);
+    return;
+  }
+#endif
+  linear_bf16_dot(x, rows, w, bias, residual, y);
 }
 
 }  // namespace ttmoe::cpu_backend
