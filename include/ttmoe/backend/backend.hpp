@@ -96,6 +96,15 @@ concept FusedAttentionBackend = requires(const T* c, T* m, index_t n, T s) {
   Backend<D>::qkv_attention_backward(c, c, c, n, n, n, n, s, s, m);
 };
 
+/// Option: bidirectional attention over packed sequences (`packed_qkv_attention_forward(qkv, offsets,
+/// count, H, hd, scale, bias, table, out)`, nn/packed_attention.hpp's layout; `bias` [H, table, table]
+/// may be null), one parallel region for a whole batch. Backends without it get nn/packed_attention's
+/// per-sequence batched GEMMs and softmax, with the same results.
+template <class D, class T>
+concept FusedPackedAttentionBackend = requires(const T* c, const index_t* o, T* m, index_t n, T s) {
+  Backend<D>::packed_qkv_attention_forward(c, o, n, n, n, s, c, n, m);
+};
+
 /// Option: fused causal grouped-query attention (the Llama form) over q [B, H, T, hd], k [B, KV, T, hd]
 /// and v [B, T, KV hd] into [B, T, H hd] (`causal_gqa_attention_forward(q, k, v, B, H, KV, T, hd, scale,
 /// out)`, `causal_gqa_attention_backward(g, q, k, v, B, H, KV, T, hd, scale, dq, beta_q, dk, beta_k, dv,

@@ -5,6 +5,8 @@
 // per-token layer (embeddings, linears, LayerNorm, the feed-forward block) then runs on real tokens
 // only, and attention runs sequence by sequence on its own L x L block. That is exactly what a
 // padding mask computes (masked keys get probability 0) without the padded rows' work.
+// Backends with FusedPackedAttentionBackend (the CPU's) run the whole batch as one parallel region
+// over (sequence, head) pairs; others compose it per sequence from batched GEMMs and a softmax.
 // Not recorded on a tape: the encoders are inference only.
 
 #include <algorithm>
@@ -59,6 +61,11 @@ Tensor<T, DynShape<2>, D> packed_qkv_attention(const Tensor<T, DynShape<2>, D>& 
     throw ShapeError("packed_qkv_attention: bias " + bias.shape().to_string() + " is not [" + std::to_string(heads) +
                      ", L, L] with L >= " + std::to_string(longest));
   Tensor<T, DynShape<2>, D> out(DynShape<2>(N, width));
+  if constexpr (FusedPackedAttentionBackend<D, T>) {  // one parallel region for the whole batch
+    Backend<D>::packed_qkv_attention_forward(qkv.data(), seqs.offsets.data(), seqs.count(), heads, hd, scale,
+                                             bias.defined() ? bias.data() : nullptr, table, out.data());
+    return out;
+  }
   Tensor<T, DynShape<1>, D> scores(DynShape<1>(std::max<index_t>(1, heads * longest * longest)));
   T* s = scores.data();
   for (index_t b = 0; b < seqs.count(); ++b) {

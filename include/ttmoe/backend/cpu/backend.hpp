@@ -26,7 +26,8 @@ struct Backend<cpu> : cpu_backend::ElementwiseKernels,
 
 static_assert(BackendFor<cpu, float> && BackendFor<cpu, double>, "ttmoe: Backend<cpu> misses a required kernel");
 // The CPU's fast paths: losing one would silently fall back to the composed ops.
-static_assert(FusedAttentionBackend<cpu, float> && FusedCausalAttentionBackend<cpu, float> &&
+static_assert(FusedAttentionBackend<cpu, float> && FusedPackedAttentionBackend<cpu, float> &&
+                  FusedCausalAttentionBackend<cpu, float> &&
                   FusedCausalAttentionBackend<cpu, double> && GemmEpilogueBackend<cpu, float>,
               "ttmoe: Backend<cpu> lost a fused attention or its GEMM epilogue");
 
