@@ -163,7 +163,7 @@ TEST_CASE("caching pool: the cap follows the working set, a fixed cap overrides 
   CHECK(CountingRaw::frees == f1 + 8);
 }
 
-TEST_CASE("caching pool: release restarts the working set; the footprint stays bounded", "[memory]") {
+TEST_CASE("caching pool: release restarts the working set, and the footprint stays bounded", "[memory]") {
   TestPool pool;
   pool.follow_working_set(2 * MiB);
   void* kept = pool.allocate(MiB);  // a parameter that stays in use throughout

@@ -605,7 +605,7 @@ TEST_CASE("index_select of wide rows: gather and the VJP's accumulation over rep
   for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(i % 1013) * 0.5f;
   auto x = make<float, 2>({n, row}, xv);
   x.set_requires_grad();
-  std::vector<std::int64_t> iv(std::size_t(m));
+  std::vector<std::int64_t> iv(static_cast<std::size_t>(m));
   for (std::size_t j = 0; j < iv.size(); ++j) iv[j] = std::int64_t((j * 7 + j / 13) % std::size_t(n - 3));
   auto idx = IndexTensor<DynShape<1>>::from_host(DynShape<1>(m), iv);
   std::vector<float> gv(std::size_t(m * row));
