@@ -16,14 +16,16 @@
 // Unused cached bytes are capped; a block freed beyond the cap goes back to Raw. Two kinds of cap:
 //   - fixed (`set_cache_limit(bytes)`, the explicit override; unbounded by default);
 //   - following the working set (`follow_working_set(floor)`, the CPU device's default): the cap is
-//     max(floor, high-water in-use bytes - in-use bytes now), i.e. the pool keeps what a step freed as
-//     long as it holds no more than its own peak in use (or in use + floor). (In use here counts a
-//     block lent to a smaller class at its own size; stats().in_use_bytes counts the classes asked
-//     for, so that what a tensor holds reads the same whichever block served it.) A training step whose
-//     activations exceed the floor is then reused whole by the next step, with no knob, and the
-//     pool's footprint never exceeds the larger of its past peak and in-use + floor, the bound the
-//     fixed floor had. `release_cached()` (empty_cache) restarts the high-water mark from the bytes
-//     in use, so a phase with a smaller working set stops holding the previous phase's.
+//     floor + (high-water lent bytes - lent bytes now), i.e. the pool keeps everything a step freed
+//     plus `floor` of slack, and its footprint never exceeds its own past peak + floor: the bound a
+//     fixed cap of `floor` had at that peak. A training step whose activations exceed the floor is
+//     then reused whole by the next one, with no knob. The slack matters: a step whose buffers change
+//     class from one step to the next (routing, drop-path) needs blocks beyond the peak's own, and a
+//     cap of exactly the peak (tried first) unmapped and re-mapped ~22 blocks every GMoE-S/16 step at
+//     32 images. `release_cached()` (empty_cache) restarts the high-water mark from the bytes lent,
+//     so a phase with a smaller working set stops holding the previous phase's.
+//     (Lent counts a block serving a smaller class at its own size; stats().in_use_bytes counts the
+//     classes asked for, so that what a tensor holds reads the same whichever block served it.)
 // Reuse is safe on a GPU because all ttmoe work runs on one stream: a block freed on the host while a
 // kernel still reads it is only handed to work queued later on the same stream.
 // Host-only code (no Eigen, no fmt): fine in a CUDA translation unit.
@@ -133,8 +135,9 @@ class CachingPool {
     floor_ = bytes;
     follow_working_set_ = false;
   }
-  /// Cap = max(floor, high-water lent bytes - lent bytes now): the cache keeps what the working set
-  /// freed (see the file comment; lent = in use + the slack of blocks serving a smaller class). Lowering the cap releases the whole cache first.
+  /// Cap = floor + (high-water lent bytes - lent bytes now): the cache keeps what the working set
+  /// freed and `floor` more (see the file comment; lent = in use + the slack of blocks serving a
+  /// smaller class). Lowering the cap releases the whole cache first.
   void follow_working_set(std::size_t floor) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::size_t old = cache_limit_locked();
@@ -206,7 +209,7 @@ class CachingPool {
  private:
   std::size_t cache_limit_locked() const {
     if (!follow_working_set_) return floor_;
-    return std::max(floor_, high_water_ - stats_.lent_bytes());
+    return floor_ + (high_water_ - stats_.lent_bytes());
   }
 
   /// Pops a cached block of class c, else of the smallest larger class up to reuse_limit(c); sets

@@ -41,8 +41,8 @@ struct cpu : HostMemoryTransfers<cpu> {
   /// Allocations of at least this many bytes go through the caching pool.
   static constexpr std::size_t pooled_bytes = std::size_t(256) << 10;
   /// Floor of the pool's cap on cached unused bytes: by default the cap follows the working set,
-  /// max(this, high-water in-use bytes - in-use bytes now) (core/caching_pool.hpp), so a training
-  /// step of more than 2 GiB is reused whole by the next one; set_cache_limit fixes it instead.
+  /// this + (high-water in-use bytes - in-use bytes now) (core/caching_pool.hpp), so a training step
+  /// of more than 2 GiB is reused whole by the next one; set_cache_limit fixes it instead.
   static constexpr std::size_t default_cache_limit = std::size_t(2) << 30;
   /// True when pointers into this device's memory can be dereferenced by host code.
   static constexpr bool host_accessible = true;
@@ -60,7 +60,7 @@ struct cpu : HostMemoryTransfers<cpu> {
   /// Fixes the cap on the unused bytes kept for reuse (the override of the working-set cap); 0 turns
   /// caching off (every large buffer is unmapped when freed). Lowering the cap releases the cache first.
   static void set_cache_limit(std::size_t bytes) { memory_pool().set_cache_limit(bytes); }
-  /// Back to the default cap: max(`floor`, high-water in-use bytes - in-use bytes now).
+  /// Back to the default cap: `floor` + (high-water in-use bytes - in-use bytes now).
   static void follow_working_set(std::size_t floor = default_cache_limit) { memory_pool().follow_working_set(floor); }
   /// Returns every cached, unused block to the operating system (and restarts the working set the
   /// cap follows from the bytes in use now).
