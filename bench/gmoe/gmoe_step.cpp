@@ -18,11 +18,12 @@
 //   peak_rss_mb: X                  (VmHWM at the end: the timed work's peak)
 // and on stderr every timed run and the tokens the capacity dropped. --profile (train) times the
 // parts of one steady-state step (forward, loss, backward, Adam) after the warm-up instead.
-// --cache-gb G sets the CPU caching pool's cap on unused cached bytes (train: 16 GB, so a step's whole
-// working set, ~7 GB at 96 images, is reused by the next step as a training program should configure
-// it; eval: cpu::default_cache_limit; -1: that default). With the default 2 GiB cap a 32-image step
-// mapped ~110 new blocks and took ~3400 page faults per step, ~25% of its time (loaded EPYC). The
-// train mode reports each timed step's page faults and new pool mappings on stderr.
+// --cache-gb G fixes the CPU caching pool's cap on unused cached bytes at G GB (cpu::set_cache_limit);
+// without it the pool's default holds: a cap that follows the working set (core/caching_pool.hpp), so
+// a step's whole working set (~3 GB at 32 images, ~7 GB at 96) is reused by the next step with no
+// knob. Under a fixed 2 GiB cap (--cache-gb 2.147, the default before the cap followed the working
+// set) a 32-image step mapped ~110 new blocks and took ~3400 page faults per step, ~25% of its time
+// (loaded EPYC). The train mode reports each timed step's page faults and new pool mappings on stderr.
 //   bench_gmoe_step [--mode train|eval|gemm] [--images N] [--threads 2] [--runs 3] [--warmup 1] [--classes 7]
 //                   [--profile] [--cache-gb G]
 
@@ -57,10 +58,6 @@ void list(const char* what, const std::vector<double>& v) {  // every timed run,
   for (double t : v) std::fprintf(stderr, " %.3f", t);
   std::fprintf(stderr, ")\n");
 }
-/// The training step's pool cap: a GMoE-S/16 step at 3 x 32 images peaks at ~7 GB of activations
-/// and gradients, all freed when the tape goes; under cpu::default_cache_limit (2 GiB) the rest is
-/// unmapped and faulted in (zeroed) again on the next step.
-constexpr double kTrainCacheGB = 16;
 /// Minor page faults of this process so far.
 long minor_faults() {
   rusage u{};
@@ -100,9 +97,9 @@ int main(int argc, char** argv) {
   std::string mode = "train";
   int images = -1, threads = 2, runs = 3, warmup = 1, classes = 7;
   bool profile = false;
-  // The pool's cap on cached unused bytes: in training, room for a whole step's working set (see the
-  // file comment); < 0 keeps cpu::default_cache_limit.
-  double cache_gb = -2;
+  // A fixed cap on the pool's cached unused bytes (see the file comment); < 0 keeps the default cap,
+  // which follows the working set.
+  double cache_gb = -1;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : -1; };
     if (!std::strcmp(argv[i], "--mode") && i + 1 < argc) mode = argv[++i];
@@ -127,7 +124,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   cpu_backend::set_num_threads(std::size_t(threads));
-  if (cache_gb == -2) cache_gb = train ? kTrainCacheGB : -1;
   if (cache_gb >= 0) cpu::set_cache_limit(std::size_t(cache_gb * 1e9));
   if (mode == "gemm") return gemm_rate(index_t(images) * 197, runs, warmup);
   Model model(models::gmoe_small_patch16(index_t(classes)), 1);
@@ -191,7 +187,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < warmup; ++i) step(nullptr);
   // Allocation churn of the timed steps: page faults (each one zeroes a fresh page, a 2 MiB one on
   // a pooled block) and the pool's new mappings, per step: 565 and 0 at 32 images once the pool's cap
-  // (--cache-gb) holds a step's working set, against 3370 and 109 under the 2 GiB default.
+  // holds a step's working set, against 3370 and 109 under a fixed 2 GiB cap.
   const long faults0 = minor_faults();
   const std::size_t maps0 = cpu::memory_pool().stats().raw_allocations;
   if (profile) {
@@ -211,8 +207,9 @@ int main(int argc, char** argv) {
   list("steps", t);
   std::fprintf(stderr, "(%d images, %d threads, last loss %.4f, last step dropped %ld of %ld picks)\n", images, threads,
                last_loss, long(dropped), long(images) * 197 * 2);
-  std::fprintf(stderr, "(per timed step: %.0f minor page faults, %.1f new pool mappings; pool cache cap %.1f GB)\n",
+  std::fprintf(stderr, "(per timed step: %.0f minor page faults, %.1f new pool mappings; pool cache cap now %.1f GB%s)\n",
                double(minor_faults() - faults0) / runs,
-               double(cpu::memory_pool().stats().raw_allocations - maps0) / runs, double(cpu::memory_pool().cache_limit()) / 1e9);
+               double(cpu::memory_pool().stats().raw_allocations - maps0) / runs, double(cpu::memory_pool().cache_limit()) / 1e9,
+               cpu::memory_pool().follows_working_set() ? ", following the working set" : ", fixed");
   return 0;
 }

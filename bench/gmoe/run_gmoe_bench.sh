@@ -6,8 +6,8 @@
 # OMP_WAIT_POLICY=PASSIVE, fused Adam where available, and glibc's malloc told to keep freed memory
 # (TORCH_GLIBC_TUNABLES, default glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=64 GiB: no block
 # goes back to the kernel, so a step does not fault its activations in afresh; a 32-image step took
-# 57 s against 71 s without it, loaded EPYC), the counterpart of the caching pool's cap that
-# bench_gmoe_step raises in training (its --cache-gb).
+# 57 s against 71 s without it, loaded EPYC), the counterpart of the CPU caching pool, whose cap
+# follows the working set so that bench_gmoe_step reuses a whole step (core/caching_pool.hpp).
 # The sides alternate process by process (ttmoe train, torch train, ..., then ttmoe eval, torch eval,
 # ...) for ROUNDS rounds so slow drifts of a shared machine hit both alike. Each ratio is the median
 # of its per-round ratios, each absolute figure the median of its per-round values:

@@ -596,6 +596,38 @@ TEST_CASE("index_select picks rows and reports bad indices", "[core][indexing]")
   CHECK_THROWS_WITH(index_select(x, negative), Catch::Contains("index -1"));
 }
 
+TEST_CASE("index_select of wide rows: gather and the VJP's accumulation over repeated rows", "[core][indexing]") {
+  // Rows of 300 elements (several column chunks of the CPU's scatter_add_rows) and 2000 picks (the
+  // gather splits them over threads), with rows picked many times and some never: the gradient of
+  // row r must be the sum of the upstream rows that picked it.
+  const index_t n = 37, row = 300, m = 2000;
+  std::vector<float> xv(std::size_t(n * row));
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(i % 1013) * 0.5f;
+  auto x = make<float, 2>({n, row}, xv);
+  x.set_requires_grad();
+  std::vector<std::int64_t> iv(static_cast<std::size_t>(m));
+  for (std::size_t j = 0; j < iv.size(); ++j) iv[j] = std::int64_t((j * 7 + j / 13) % std::size_t(n - 3));
+  auto idx = IndexTensor<DynShape<1>>::from_host(DynShape<1>(m), iv);
+  std::vector<float> gv(std::size_t(m * row));
+  for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = float((i * 31) % 17) - 8.0f;  // small integers: exact sums
+  auto g = make<float, 2>({m, row}, gv);
+  Tensor<float, DynShape<2>> y;
+  {
+    autograd::Tape tape;
+    y = index_select(x, idx);
+    autograd::backward(tape, sum_all(y * g));
+  }
+  const auto yv = y.to_vector(), dx = x.grad().to_vector();
+  std::vector<float> want(std::size_t(n * row), 0.0f);
+  for (index_t j = 0; j < m; ++j)
+    for (index_t i = 0; i < row; ++i) {
+      REQUIRE(yv[std::size_t(j * row + i)] == xv[std::size_t(iv[std::size_t(j)] * row + i)]);
+      want[std::size_t(iv[std::size_t(j)] * row + i)] += gv[std::size_t(j * row + i)];
+    }
+  CHECK(dx == want);
+  for (index_t r = n - 3; r < n; ++r) CHECK(dx[std::size_t(r * row)] == 0.0f);  // never picked
+}
+
 namespace {
 template <int Axis>
 void check_gather_scatter(const std::array<index_t, 3>& ex, index_t m, std::uint64_t seed) {

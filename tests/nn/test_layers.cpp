@@ -1,9 +1,13 @@
 // Unit tests of nn layers that the parity fixtures do not cover: init ranges, frozen flags,
-// parameter naming, dropout / drop_path statistics, timm Mlp shapes, causal-mask behaviour.
+// parameter naming, dropout / drop_path statistics, the drop-path branch that skips dropped samples,
+// timm Mlp shapes, causal-mask behaviour.
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
+#include <vector>
 
 #include "ttmoe/nn/nn.hpp"
 #include "ttmoe/ttmoe.hpp"
@@ -101,6 +105,79 @@ TEST_CASE("nn: drop_path drops whole samples") {
   REQUIRE(std::abs(dropped / double(B) - 0.25) < 0.02);
   REQUIRE(std::abs(mean / double(B) - 1.0) < 0.04);
   REQUIRE(nn::drop_path(x, 0.25, false, rng).to_vector() == x.to_vector());
+}
+
+TEST_CASE("nn: residual_drop_path equals x + drop_path(branch(x)) and runs the branch on kept samples only") {
+  using T3 = Tensor<double, DynShape<3>>;
+  const index_t B = 9, S = 3, F = 4;
+  const double p = 0.4;
+  auto make_x = [&] {
+    T3 x{DynShape<3>(B, S, F)};
+    for (index_t i = 0; i < x.numel(); ++i) x.data()[i] = std::sin(0.37 * double(i)) + 0.1;
+    x.set_requires_grad();
+    return x;
+  };
+  nn::Linear<double> lin(F, F, true, 3);
+  const auto& w = lin.weight;
+  std::vector<index_t> batches;  // the leading extent each branch call saw
+  auto branch = [&](const T3& s) {
+    batches.push_back(s.extent(0));
+    return T3(gelu(lin(s)));  // per sample, like attention or an MLP
+  };
+  int tested = 0;
+  for (std::uint64_t seed = 1; tested < 4; ++seed) {
+    {  // only seeds that drop some samples and keep others exercise the skipping path
+      nn::Rng probe(seed);
+      const auto k = nn::drop_path_keep(B, p, probe);
+      const auto n = std::count(k.begin(), k.end(), true);
+      if (n == 0 || n == B) continue;
+    }
+    ++tested;
+    // Reference: the branch on every sample, then drop_path's mask.
+    nn::Rng ra(seed), rb(seed);
+    auto xa = make_x(), xb = make_x();
+    T3 ya, yb;
+    std::vector<double> gxa, gxb, gwa, gwb;
+    {
+      autograd::Tape tape;
+      ya = T3(xa + nn::drop_path(branch(xa), p, true, ra));
+      autograd::backward(tape, sum_all(ya * ya));
+      gxa = xa.grad().to_vector();
+      gwa = w.grad().to_vector();
+      lin.weight.zero_grad();
+    }
+    const auto keep = nn::drop_path_keep(B, p, rb);  // what rb's next draw decides
+    nn::Rng rc(seed);
+    batches.clear();
+    {
+      autograd::Tape tape;
+      yb = nn::residual_drop_path(xb, p, true, rc, branch);
+      autograd::backward(tape, sum_all(yb * yb));
+      gxb = xb.grad().to_vector();
+      gwb = w.grad().to_vector();
+      lin.weight.zero_grad();
+    }
+    const index_t kept = index_t(std::count(keep.begin(), keep.end(), true));
+    INFO("seed " << seed << ", kept " << kept << " of " << B);
+    REQUIRE(batches == std::vector<index_t>{kept});  // one branch call, on the kept samples only
+    REQUIRE(ra() == rc());                            // the same draws were taken from the generator
+    const auto va = ya.to_vector(), vb = yb.to_vector();
+    REQUIRE(va.size() == vb.size());
+    for (std::size_t i = 0; i < va.size(); ++i) REQUIRE(vb[i] == Approx(va[i]).margin(1e-12));
+    for (std::size_t i = 0; i < gxa.size(); ++i) REQUIRE(gxb[i] == Approx(gxa[i]).margin(1e-12));
+    for (std::size_t i = 0; i < gwa.size(); ++i) REQUIRE(gwb[i] == Approx(gwa[i]).margin(1e-12));
+    // A dropped sample is the residual unchanged.
+    for (index_t b = 0; b < B; ++b)
+      if (!keep[std::size_t(b)])
+        for (index_t j = 0; j < S * F; ++j) REQUIRE(vb[std::size_t(b * S * F + j)] == xb.data()[b * S * F + j]);
+  }
+  // Evaluation (or p = 0) runs the branch on the whole batch, with no draw.
+  nn::Rng r(9), r2(9);
+  batches.clear();
+  auto x = make_x();
+  (void)nn::residual_drop_path(x, p, false, r, branch);
+  REQUIRE(batches == std::vector<index_t>{B});
+  REQUIRE(r() == r2());
 }
 
 TEST_CASE("nn: causal LlamaAttention ignores future tokens") {

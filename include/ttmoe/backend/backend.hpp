@@ -116,6 +116,17 @@ concept FusedCausalAttentionBackend = requires(const T* c, T* m, index_t n, T s)
   Backend<D>::causal_gqa_attention_backward(c, c, c, c, n, n, n, n, n, s, m, s, m, s, m, s);
 };
 
+/// Option: whole-row gathers by a row index (`gather_rows(x, idx, out, row, m)`: out[j, :] =
+/// x[idx[j], :] for j < m, rows of `row` elements; `scatter_add_rows(dx, g, idx, row, m)`: dx[idx[j], :]
+/// += g[j, :], deterministic, several j may hit one row). index_select and its VJP use them with the
+/// [m] index as given; backends without them get gather_axis / scatter_add_axis over an index
+/// repeated per element (m x row int64s built on the host), with the same results.
+template <class D, class T>
+concept RowGatherBackend = requires(const T* c, T* m, const std::int64_t* ci, index_t n) {
+  Backend<D>::gather_rows(c, ci, m, n, n);
+  Backend<D>::scatter_add_rows(m, c, ci, n, n);
+};
+
 /// Option: a GEMM that finishes its output with a GemmEpilogue (bias, residual, activation Act or its
 /// VJP as it stores; `gemm_epilogue<Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc, ep)`, Act =
 /// void for none). Backends without it get ops/linear.hpp's composition of separate ops.

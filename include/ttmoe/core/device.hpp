@@ -40,24 +40,30 @@ struct cpu : HostMemoryTransfers<cpu> {
   static constexpr std::size_t alignment = 64;
   /// Allocations of at least this many bytes go through the caching pool.
   static constexpr std::size_t pooled_bytes = std::size_t(256) << 10;
-  /// Default cap on the bytes the pool keeps cached while unused (`set_cache_limit` changes it).
+  /// Floor of the pool's cap on cached unused bytes: by default the cap follows the working set,
+  /// this + (high-water in-use bytes - in-use bytes now) (core/caching_pool.hpp), so a training step
+  /// of more than 2 GiB is reused whole by the next one; set_cache_limit fixes it instead.
   static constexpr std::size_t default_cache_limit = std::size_t(2) << 30;
   /// True when pointers into this device's memory can be dereferenced by host code.
   static constexpr bool host_accessible = true;
 
-  /// The pool of large host buffers (created on first use with `default_cache_limit`).
+  /// The pool of large host buffers (created on first use, its cap following the working set with
+  /// `default_cache_limit` as the floor).
   static memory::CachingPool<memory::HostPages>& memory_pool() {
     static memory::CachingPool<memory::HostPages>& p = [] () -> memory::CachingPool<memory::HostPages>& {
       auto& q = memory::pool<memory::HostPages>();
-      q.set_cache_limit(default_cache_limit);
+      q.follow_working_set(default_cache_limit);
       return q;
     }();
     return p;
   }
-  /// Caps the unused bytes kept for reuse; 0 turns caching off (every large buffer is unmapped when
-  /// freed). Lowering the cap releases the cache first.
+  /// Fixes the cap on the unused bytes kept for reuse (the override of the working-set cap); 0 turns
+  /// caching off (every large buffer is unmapped when freed). Lowering the cap releases the cache first.
   static void set_cache_limit(std::size_t bytes) { memory_pool().set_cache_limit(bytes); }
-  /// Returns every cached, unused block to the operating system.
+  /// Back to the default cap: `floor` + (high-water in-use bytes - in-use bytes now).
+  static void follow_working_set(std::size_t floor = default_cache_limit) { memory_pool().follow_working_set(floor); }
+  /// Returns every cached, unused block to the operating system (and restarts the working set the
+  /// cap follows from the bytes in use now).
   static void empty_cache() { memory_pool().release_cached(); }
 
   /// Allocates uninitialised storage for n objects of T (n may be 0).

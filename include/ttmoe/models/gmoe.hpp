@@ -24,6 +24,7 @@
 #include "ttmoe/models/gmoe_config.hpp"
 #include "ttmoe/models/vit.hpp"
 #include "ttmoe/moe/moe_ffn.hpp"
+#include "ttmoe/nn/drop_path_branch.hpp"
 #include "ttmoe/nn/dropout.hpp"
 
 namespace ttmoe::models {
@@ -110,18 +111,21 @@ struct GMoEVisionTransformer {
         x = b.forward(x);  // the fused dense block (residuals on the GEMM stores)
         continue;
       }
-      Tokens h = dp > 0.0 ? Tokens(x + nn::drop_path(b.attn(b.norm1(x)), dp, true, rng)) : Tokens(b.attn(b.norm1(x), x));
-      Tokens f;
-      if (is_moe_block(i)) {
-        auto& layer = *moe[std::size_t(i)];
-        Noise z;
-        if (!noise.empty()) z = noise[m];
-        else if (training && config.gate_noise > 0) z = moe::draw_router_noise<T, D>(N, layer.num_experts(), rng);
-        f = layer.forward(b.norm2(h), z, training ? &rng : nullptr);
-        ++m;
-      } else {
-        f = b.mlp(b.norm2(h));
+      // Under drop-path the attention branch (and a dense block's MLP branch) runs on the kept
+      // samples only (nn/drop_path_branch.hpp); the MoE-FFN sees every sample, since all tokens of
+      // the batch compete for its capacity, and is masked afterwards as timm does.
+      Tokens h = dp > 0.0 ? nn::residual_drop_path(x, dp, true, rng, [&](const Tokens& s) { return b.attn(b.norm1(s)); })
+                          : Tokens(b.attn(b.norm1(x), x));
+      if (!is_moe_block(i)) {
+        x = nn::residual_drop_path(h, dp, true, rng, [&](const Tokens& s) { return b.mlp(b.norm2(s)); });
+        continue;
       }
+      auto& layer = *moe[std::size_t(i)];
+      Noise z;
+      if (!noise.empty()) z = noise[m];
+      else if (training && config.gate_noise > 0) z = moe::draw_router_noise<T, D>(N, layer.num_experts(), rng);
+      const Tokens f = layer.forward(b.norm2(h), z, training ? &rng : nullptr);
+      ++m;
       x = h + nn::drop_path(f, dp, training, rng);
     }
     // LayerNorm is per token: normalising only the class token gives the same logits.

@@ -45,12 +45,16 @@ void fill_bernoulli(T* m, std::size_t n, std::uint64_t key, std::uint64_t thresh
 /// gap between GMoE's MoE-FFN layer (10M hidden activations at 32 images) and the dense FFN. Drawn on
 /// the host, so a seed gives the same mask on every device; written in place where D's memory is
 /// host-accessible, else copied to D.
+/// fill_bernoulli's threshold for keep probability keep_p: keep iff draw < keep_p * 2^32 (resolution
+/// 2^-32); keep_p = 1 keeps every element.
+inline std::uint64_t keep_threshold(double keep_p) {
+  return keep_p >= 1.0 ? (std::uint64_t(1) << 32) : keep_p <= 0.0 ? 0 : std::uint64_t(keep_p * 4294967296.0);
+}
+
 template <class T, class D, class S>
 Tensor<T, S, D> bernoulli_mask(const S& shape, double keep_p, T scale, Rng& rng) {
   const std::uint64_t key = rng();
-  // keep iff draw < keep_p * 2^32 (resolution 2^-32); keep_p = 1 keeps every element.
-  const std::uint64_t threshold =
-      keep_p >= 1.0 ? (std::uint64_t(1) << 32) : keep_p <= 0.0 ? 0 : std::uint64_t(keep_p * 4294967296.0);
+  const std::uint64_t threshold = keep_threshold(keep_p);
   const auto n = std::size_t(shape.numel());
   if constexpr (D::host_accessible) {
     auto t = Tensor<T, S, D>::empty(shape);
@@ -78,6 +82,18 @@ Tensor<T, DynShape<S::rank>, D> dropout(const Tensor<T, S, D>& x, double p, bool
   if (!training || p <= 0.0) return x;
   if (p >= 1.0) return x * T(0);
   return x * dropout_mask<T, D>(DynShape<S::rank>::from_extents(x.extents()), p, rng);
+}
+
+/// The samples drop_path(x, p, true, rng) keeps, for a leading axis of `batch`: one flag per sample,
+/// from the same single draw of `rng` and the same per-sample bits, so a caller that decides on the
+/// host (nn/drop_path_branch.hpp skips the dropped samples' branch) draws exactly what drop_path draws.
+inline std::vector<bool> drop_path_keep(index_t batch, double p, Rng& rng) {
+  const std::uint64_t key = rng();
+  std::vector<float> m(static_cast<std::size_t>(batch));
+  detail::fill_bernoulli(m.data(), m.size(), key, detail::keep_threshold(1.0 - p), 1.0f);
+  std::vector<bool> keep(m.size());
+  for (std::size_t i = 0; i < m.size(); ++i) keep[i] = m[i] != 0.0f;
+  return keep;
 }
 
 /// Stochastic depth (timm drop_path): drops whole samples (leading axis) with probability p.

@@ -2,6 +2,7 @@
 // Umbrella header for the dense layers, losses and optimisers.
 
 #include "ttmoe/nn/attention.hpp"
+#include "ttmoe/nn/drop_path_branch.hpp"
 #include "ttmoe/nn/dropout.hpp"
 #include "ttmoe/nn/embedding.hpp"
 #include "ttmoe/nn/init.hpp"

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ttmoe/backend/backend.hpp"
 #include "ttmoe/expr/expr.hpp"
 #include "ttmoe/ops/record.hpp"
 
@@ -61,14 +62,25 @@ auto index_select(const Tensor<T, S, D>& x, const IndexTensor<SI, D>& idx) {
   const index_t row = x.extent(0) == 0 ? 0 : x.numel() / x.extent(0), m = idx.extent(0);
   e[0] = m;
   Tensor<T, SO, D> out(SO::from_extents(e, "index_select"));
-  Backend<D>::gather_axis(x.data(), broadcast_rows(idx, row).data(), out.data(), 1, x.extent(0), row, m);
-  if (should_record(x)) {
-    auto mx = x.meta();
-    const index_t n = x.extent(0);
-    auto full_idx = broadcast_rows(idx, row);
-    record("index_select", out, [mx, full_idx, n, row, m](const T* g) {
-      Backend<D>::scatter_add_axis(mx->accumulate_target(), g, full_idx.data(), 1, n, row, m);
-    });
+  if constexpr (RowGatherBackend<D, T>) {
+    // Whole rows by the [m] index itself: no per-element index (m x row int64s) to build and keep.
+    Backend<D>::gather_rows(x.data(), idx.data(), out.data(), row, m);
+    if (should_record(x)) {
+      auto mx = x.meta();
+      record("index_select", out, [mx, idx, row, m](const T* g) {
+        Backend<D>::scatter_add_rows(mx->accumulate_target(), g, idx.data(), row, m);
+      });
+    }
+  } else {
+    Backend<D>::gather_axis(x.data(), broadcast_rows(idx, row).data(), out.data(), 1, x.extent(0), row, m);
+    if (should_record(x)) {
+      auto mx = x.meta();
+      const index_t n = x.extent(0);
+      auto full_idx = broadcast_rows(idx, row);
+      record("index_select", out, [mx, full_idx, n, row, m](const T* g) {
+        Backend<D>::scatter_add_axis(mx->accumulate_target(), g, full_idx.data(), 1, n, row, m);
+      });
+    }
   }
   return out;
 }

@@ -28,6 +28,31 @@ struct IndexKernels {
     });
   }
 
+  /// out[j, :] = x[idx[j], :] for j < m, rows of `row` elements (index_select; parallel over rows).
+  template <class T>
+  static void gather_rows(const T* x, const std::int64_t* idx, T* out, index_t row, index_t m) {
+    parallel_for(m, std::max<index_t>(1, 8192 / std::max<index_t>(1, row)), [&](index_t b, index_t e) {
+      for (index_t j = b; j < e; ++j)
+        std::memcpy(out + j * row, x + static_cast<index_t>(idx[j]) * row, std::size_t(row) * sizeof(T));
+    });
+  }
+
+  /// dx[idx[j], :] += g[j, :] for j < m (index_select's VJP). Several j may hit one row, so the work
+  /// is split by columns: each element still adds its sources in j order (deterministic).
+  template <class T>
+  static void scatter_add_rows(T* dx, const T* g, const std::int64_t* idx, index_t row, index_t m) {
+    constexpr index_t kColumns = 64;  // a chunk of a row: one cache line per 16 floats
+    const index_t chunks = (row + kColumns - 1) / kColumns;
+    parallel_for(chunks, std::max<index_t>(1, 4096 / std::max<index_t>(1, m)), [&](index_t b, index_t e) {
+      const index_t c0 = b * kColumns, c1 = std::min(row, e * kColumns);
+      for (index_t j = 0; j < m; ++j) {
+        T* d = dx + static_cast<index_t>(idx[j]) * row;
+        const T* s = g + j * row;
+        for (index_t i = c0; i < c1; ++i) d[i] += s[i];
+      }
+    });
+  }
+
   /// Copies `rows` blocks of `len` elements: dst[r * dst_stride + k] (+)= src[r * src_stride + k].
   template <class T>
   static void copy_blocks(T* dst, index_t dst_stride, const T* src, index_t src_stride, index_t rows, index_t len,
