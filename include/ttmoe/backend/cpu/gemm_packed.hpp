@@ -17,6 +17,9 @@
 // as [k][r], B slivers of NR columns as [k][c], each zero-padded to a full sliver. B may also be BF16
 // bits (a BF16-resident weight, backend/cpu/linear_bf16.hpp's prefill): pack_b widens them into the
 // F32 panel, so everything after packing is the F32 kernel.
+// Two schedules over that kernel: gemm_tiled (threads split C's rows, one shared panel of all of B)
+// and gemm_column_split (threads split C's columns, A packed whole, B a block at a time: an LLM's
+// weight at prefill); gemm_scheduled picks (splits_columns).
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #define TTMOE_PACKED_GEMM 1
