@@ -418,6 +418,34 @@ std::vector<double> strided_ref(bool ta, bool tb, index_t M, index_t N, index_t 
         C[i * N + j] += double(ta ? A[k * lda + i] : A[i * lda + k]) * double(tb ? B[j * ldb + k] : B[k * ldb + j]);
   return C;
 }
+
+/// Random operands of one GEMM form with leading dimensions wider than the matrices (lda + 3, ldb +
+/// 5, ldc + 2), C's start values c0, and op(A) op(B) in double.
+struct StridedOperands {
+  index_t lda, ldb, ldc;
+  std::vector<float> a, b, c0;
+  std::vector<double> ab;
+  StridedOperands(bool ta, bool tb, index_t M, index_t N, index_t K, std::uint64_t& seed)
+      : lda((ta ? M : K) + 3), ldb((tb ? K : N) + 5), ldc(N + 2),
+        a(random_values<float>((ta ? K : M) * lda, -1, 1, ++seed)),
+        b(random_values<float>((tb ? N : K) * ldb, -1, 1, ++seed)),
+        c0(random_values<float>(M * ldc, -1, 1, ++seed)),
+        ab(strided_ref(ta, tb, M, N, K, a.data(), lda, b.data(), ldb)) {}
+};
+}  // namespace
+
+namespace {
+/// Runs `call` directly, or (nested) on pool thread 0 inside a parallel region, where a GEMM runs
+/// serially on the calling thread.
+template <class F>
+void run_maybe_nested(bool nested, F&& call) {
+  if (nested)
+    cpu_backend::ThreadPool::instance().run_on_all([&](std::size_t t, std::size_t) {
+      if (t == 0) call();
+    });
+  else
+    call();
+}
 }  // namespace
 
 TEST_CASE("float GEMM edge shapes: M, N, K off the tile, strided operands, beta 1, every epilogue", "[core][matmul]") {
@@ -434,22 +462,16 @@ TEST_CASE("float GEMM edge shapes: M, N, K off the tile, strided operands, beta 
       for (index_t K : {index_t(1), index_t(7), index_t(17), index_t(65), index_t(400)})
         for (int form = 0; form < 4; ++form) {
           const bool ta = form & 1, tb = form & 2;
-          const index_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
-          const auto a = random_values<float>((ta ? K : M) * lda, -1, 1, ++seed);
-          const auto b = random_values<float>((tb ? N : K) * ldb, -1, 1, ++seed);
-          const auto c0 = random_values<float>(M * ldc, -1, 1, ++seed);
-          const auto ab = strided_ref(ta, tb, M, N, K, a.data(), lda, b.data(), ldb);
+          const StridedOperands ops(ta, tb, M, N, K, seed);
+          const index_t lda = ops.lda, ldb = ops.ldb, ldc = ops.ldc;
+          const auto &a = ops.a, &b = ops.b, &c0 = ops.c0;
+          const auto& ab = ops.ab;
           for (int nested = 0; nested < 2; ++nested) {
             std::vector<float> c = c0;  // beta = 1: accumulate onto C
             auto call = [&] {
               cpu_backend::GemmKernels::gemm(ta, tb, M, N, K, -1.25f, a.data(), lda, b.data(), ldb, 1.f, c.data(), ldc);
             };
-            if (nested)
-              cpu_backend::ThreadPool::instance().run_on_all([&](std::size_t t, std::size_t) {
-                if (t == 0) call();
-              });
-            else
-              call();
+            run_maybe_nested(nested, call);
             std::vector<double> got, want;
             bool padding_kept = true;
             for (index_t i = 0; i < M; ++i) {
@@ -531,11 +553,10 @@ TEST_CASE("packed GEMM split by columns (LLM prefill): every form, ragged units,
       for (int form = 0; form < 4; ++form) {
         const index_t M = mnk[0], N = mnk[1], K = mnk[2];
         const bool ta = form & 1, tb = form & 2;
-        const index_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
-        const auto a = random_values<float>((ta ? K : M) * lda, -1, 1, ++seed);
-        const auto b = random_values<float>((tb ? N : K) * ldb, -1, 1, ++seed);
-        const auto c0 = random_values<float>(M * ldc, -1, 1, ++seed);
-        const auto ab = strided_ref(ta, tb, M, N, K, a.data(), lda, b.data(), ldb);
+        const StridedOperands ops(ta, tb, M, N, K, seed);
+        const index_t lda = ops.lda, ldb = ops.ldb, ldc = ops.ldc;
+        const auto &a = ops.a, &b = ops.b, &c0 = ops.c0;
+        const auto& ab = ops.ab;
         for (float beta : {0.f, 1.f, -0.5f})
           for (int nested = 0; nested < 2; ++nested) {
             std::vector<float> c = c0;
@@ -546,12 +567,7 @@ TEST_CASE("packed GEMM split by columns (LLM prefill): every form, ragged units,
               cpu_backend::packed::gemm_column_split<WideTile, void>(ta, tb, M, N, K, -1.25f, a.data(), lda, b.data(),
                                                                      ldb, beta, c.data(), ldc, {});
             };
-            if (nested)
-              cpu_backend::ThreadPool::instance().run_on_all([&](std::size_t t, std::size_t) {
-                if (t == 0) call();
-              });
-            else
-              call();
+            run_maybe_nested(nested, call);
             std::vector<double> got, want;
             bool padding_kept = true;
             for (index_t i = 0; i < M; ++i) {
