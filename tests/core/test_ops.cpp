@@ -432,6 +432,23 @@ struct StridedOperands {
         c0(random_values<float>(M * ldc, -1, 1, ++seed)),
         ab(strided_ref(ta, tb, M, N, K, a.data(), lda, b.data(), ldb)) {}
 };
+
+/// CHECKs C = beta c0 - 1.25 op(A) op(B) (what both strided cases compute) and that C's padding
+/// columns still hold c0.
+void check_strided_result(const std::vector<float>& c, const StridedOperands& ops, index_t M, index_t N, index_t K,
+                          float beta) {
+  std::vector<double> got, want;
+  bool padding_kept = true;
+  for (index_t i = 0; i < M; ++i) {
+    for (index_t j = 0; j < N; ++j) {
+      got.push_back(c[i * ops.ldc + j]);
+      want.push_back(double(beta) * ops.c0[i * ops.ldc + j] - 1.25 * ops.ab[i * N + j]);
+    }
+    for (index_t j = N; j < ops.ldc; ++j) padding_kept = padding_kept && c[i * ops.ldc + j] == ops.c0[i * ops.ldc + j];
+  }
+  CHECK(padding_kept);
+  CHECK_CLOSE(got, want, mm_tol<float>(K) * 2, mm_tol<float>(K) * 2);
+}
 }  // namespace
 
 namespace {
@@ -465,25 +482,14 @@ TEST_CASE("float GEMM edge shapes: M, N, K off the tile, strided operands, beta 
           const StridedOperands ops(ta, tb, M, N, K, seed);
           const index_t lda = ops.lda, ldb = ops.ldb, ldc = ops.ldc;
           const auto &a = ops.a, &b = ops.b, &c0 = ops.c0;
-          const auto& ab = ops.ab;
           for (int nested = 0; nested < 2; ++nested) {
             std::vector<float> c = c0;  // beta = 1: accumulate onto C
             auto call = [&] {
               cpu_backend::GemmKernels::gemm(ta, tb, M, N, K, -1.25f, a.data(), lda, b.data(), ldb, 1.f, c.data(), ldc);
             };
             run_maybe_nested(nested, call);
-            std::vector<double> got, want;
-            bool padding_kept = true;
-            for (index_t i = 0; i < M; ++i) {
-              for (index_t j = 0; j < N; ++j) {
-                got.push_back(c[i * ldc + j]);
-                want.push_back(c0[i * ldc + j] - 1.25 * ab[i * N + j]);
-              }
-              for (index_t j = N; j < ldc; ++j) padding_kept = padding_kept && c[i * ldc + j] == c0[i * ldc + j];
-            }
             INFO("M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " nested " << nested);
-            CHECK(padding_kept);
-            CHECK_CLOSE(got, want, mm_tol<float>(K) * 2, mm_tol<float>(K) * 2);
+            check_strided_result(c, ops, M, N, K, 1.f);
           }
         }
   // Epilogues one at a time and together (bias, residual, SiLU / ReLU in place, beside, VJP), K over
@@ -556,7 +562,6 @@ TEST_CASE("packed GEMM split by columns (LLM prefill): every form, ragged units,
         const StridedOperands ops(ta, tb, M, N, K, seed);
         const index_t lda = ops.lda, ldb = ops.ldb, ldc = ops.ldc;
         const auto &a = ops.a, &b = ops.b, &c0 = ops.c0;
-        const auto& ab = ops.ab;
         for (float beta : {0.f, 1.f, -0.5f})
           for (int nested = 0; nested < 2; ++nested) {
             std::vector<float> c = c0;
@@ -568,19 +573,9 @@ TEST_CASE("packed GEMM split by columns (LLM prefill): every form, ragged units,
                                                                      ldb, beta, c.data(), ldc, {});
             };
             run_maybe_nested(nested, call);
-            std::vector<double> got, want;
-            bool padding_kept = true;
-            for (index_t i = 0; i < M; ++i) {
-              for (index_t j = 0; j < N; ++j) {
-                got.push_back(c[i * ldc + j]);
-                want.push_back(double(beta) * c0[i * ldc + j] - 1.25 * ab[i * N + j]);
-              }
-              for (index_t j = N; j < ldc; ++j) padding_kept = padding_kept && c[i * ldc + j] == c0[i * ldc + j];
-            }
             INFO("threads " << threads << " M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb
                             << " beta " << beta << " nested " << nested);
-            CHECK(padding_kept);
-            CHECK_CLOSE(got, want, mm_tol<float>(K) * 2, mm_tol<float>(K) * 2);
+            check_strided_result(c, ops, M, N, K, beta);
           }
       }
   }
