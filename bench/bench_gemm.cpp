@@ -5,6 +5,10 @@
 // Built three ways by bench/CMakeLists.txt: the default path with -march=native (ttmoe's packed kernel,
 // backend/cpu/gemm_packed.hpp, on AVX-512 and AVX2+FMA machines), the CBLAS path (TTMOE_USE_CBLAS),
 // and the default path compiled for AVX2+FMA only (the packed kernel's AVX2 tiles).
+// `--llm-prefill` instead times the projections of a 512-token prefill at Llama-3.2-1B widths (x [512, K]
+// times W^T, W [N, K] for q/o, k/v, gate/up and down) through ttmoe's packed kernel with F32 and BF16
+// weights and through cblas_sgemm (F32, transposed B), in alternating rounds ($TTMOE_BENCH_REPS, default
+// 5), and prints `llm_prefill_gemm_<N>x<K>_{f32,bf16,openblas}_gflops: value` lines (medians).
 #include <ttmoe/ttmoe.hpp>
 
 #include <cblas.h>
@@ -12,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <random>
 
 #include "gbench.hpp"
@@ -59,6 +64,54 @@ struct Problem {
   }
 };
 
+#if defined(TTMOE_PACKED_GEMM)
+/// --llm-prefill: GFLOP/s of y = x W^T at the prefill shapes, ttmoe (F32 and BF16 W) and OpenBLAS.
+int llm_prefill_mode() {
+  const index_t M = 512;
+  const std::vector<std::pair<index_t, index_t>> shapes{{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}};
+  const int rounds = bench::env_int("TTMOE_BENCH_REPS", 5);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (auto [N, K] : shapes) {
+    std::vector<float> x(std::size_t(M * K)), w(std::size_t(N * K)), y(std::size_t(M * N)), ref(y.size());
+    for (auto& v : x) v = u(rng);
+    for (auto& v : w) v = u(rng);
+    const auto wb = io::Bf16Matrix::from_floats(w.data(), N, K);
+    const double flops = 2.0 * double(M) * double(N) * double(K);
+    auto f32 = [&] { cpu_backend::packed::gemm(false, true, M, N, K, 1.f, x.data(), K, w.data(), K, 0.f, y.data(), N); };
+    auto bf16 = [&] { cpu_backend::linear_bf16_packed(x.data(), M, wb, nullptr, nullptr, y.data()); };
+    auto blas = [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.f, x.data(), int(K), w.data(),
+                  int(K), 0.f, ref.data(), int(N));
+    };
+    f32(), blas();  // warm-up, and a check that both compute the same product
+    double err = 0, mag = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) err = std::max(err, double(std::abs(y[i] - ref[i]))), mag = std::max(mag, double(std::abs(ref[i])));
+    if (err > 1e-4 * (1 + mag)) {
+      std::fprintf(stderr, "bench_gemm: ttmoe and OpenBLAS disagree at %zux%zu (max error %g)\n", std::size_t(N), std::size_t(K), err);
+      return 1;
+    }
+    bf16();
+    std::vector<double> rate[3];
+    for (int r = 0; r < rounds; ++r) {
+      int i = 0;
+      for (auto& fn : std::initializer_list<std::function<void()>>{f32, bf16, blas}) {
+        const auto t0 = std::chrono::steady_clock::now();
+        fn();
+        rate[i++].push_back(flops / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9);
+      }
+    }
+    const char* names[3] = {"f32", "bf16", "openblas"};
+    for (int i = 0; i < 3; ++i) {
+      std::sort(rate[i].begin(), rate[i].end());
+      std::printf("llm_prefill_gemm_%zux%zu_%s_gflops: %.1f\n", std::size_t(N), std::size_t(K), names[i], rate[i][rate[i].size() / 2]);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,6 +121,9 @@ int main(int argc, char** argv) {
   }
   cpu_backend::set_num_threads(bench::threads());
   openblas_set_num_threads(bench::threads());
+#if defined(TTMOE_PACKED_GEMM)
+  if (argc > 1 && !std::strcmp(argv[1], "--llm-prefill")) return llm_prefill_mode();
+#endif
   std::deque<Problem> problems;  // deque: the registered lambdas keep pointers to its elements
   problems.emplace_back(768, 768, 768, "768");
   problems.emplace_back(1576, 768, 3072, "1576x768x3072");

@@ -418,6 +418,51 @@ std::vector<double> strided_ref(bool ta, bool tb, index_t M, index_t N, index_t 
         C[i * N + j] += double(ta ? A[k * lda + i] : A[i * lda + k]) * double(tb ? B[j * ldb + k] : B[k * ldb + j]);
   return C;
 }
+
+/// Random operands of one GEMM form with leading dimensions wider than the matrices (lda + 3, ldb +
+/// 5, ldc + 2), C's start values c0, and op(A) op(B) in double.
+struct StridedOperands {
+  index_t lda, ldb, ldc;
+  std::vector<float> a, b, c0;
+  std::vector<double> ab;
+  StridedOperands(bool ta, bool tb, index_t M, index_t N, index_t K, std::uint64_t& seed)
+      : lda((ta ? M : K) + 3), ldb((tb ? K : N) + 5), ldc(N + 2),
+        a(random_values<float>((ta ? K : M) * lda, -1, 1, ++seed)),
+        b(random_values<float>((tb ? N : K) * ldb, -1, 1, ++seed)),
+        c0(random_values<float>(M * ldc, -1, 1, ++seed)),
+        ab(strided_ref(ta, tb, M, N, K, a.data(), lda, b.data(), ldb)) {}
+};
+
+/// CHECKs C = beta c0 - 1.25 op(A) op(B) (what both strided cases compute) and that C's padding
+/// columns still hold c0.
+void check_strided_result(const std::vector<float>& c, const StridedOperands& ops, index_t M, index_t N, index_t K,
+                          float beta) {
+  std::vector<double> got, want;
+  bool padding_kept = true;
+  for (index_t i = 0; i < M; ++i) {
+    for (index_t j = 0; j < N; ++j) {
+      got.push_back(c[i * ops.ldc + j]);
+      want.push_back(double(beta) * ops.c0[i * ops.ldc + j] - 1.25 * ops.ab[i * N + j]);
+    }
+    for (index_t j = N; j < ops.ldc; ++j) padding_kept = padding_kept && c[i * ops.ldc + j] == ops.c0[i * ops.ldc + j];
+  }
+  CHECK(padding_kept);
+  CHECK_CLOSE(got, want, mm_tol<float>(K) * 2, mm_tol<float>(K) * 2);
+}
+}  // namespace
+
+namespace {
+/// Runs `call` directly, or (nested) on pool thread 0 inside a parallel region, where a GEMM runs
+/// serially on the calling thread.
+template <class F>
+void run_maybe_nested(bool nested, F&& call) {
+  if (nested)
+    cpu_backend::ThreadPool::instance().run_on_all([&](std::size_t t, std::size_t) {
+      if (t == 0) call();
+    });
+  else
+    call();
+}
 }  // namespace
 
 TEST_CASE("float GEMM edge shapes: M, N, K off the tile, strided operands, beta 1, every epilogue", "[core][matmul]") {
@@ -434,34 +479,17 @@ TEST_CASE("float GEMM edge shapes: M, N, K off the tile, strided operands, beta 
       for (index_t K : {index_t(1), index_t(7), index_t(17), index_t(65), index_t(400)})
         for (int form = 0; form < 4; ++form) {
           const bool ta = form & 1, tb = form & 2;
-          const index_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
-          const auto a = random_values<float>((ta ? K : M) * lda, -1, 1, ++seed);
-          const auto b = random_values<float>((tb ? N : K) * ldb, -1, 1, ++seed);
-          const auto c0 = random_values<float>(M * ldc, -1, 1, ++seed);
-          const auto ab = strided_ref(ta, tb, M, N, K, a.data(), lda, b.data(), ldb);
+          const StridedOperands ops(ta, tb, M, N, K, seed);
+          const index_t lda = ops.lda, ldb = ops.ldb, ldc = ops.ldc;
+          const auto &a = ops.a, &b = ops.b, &c0 = ops.c0;
           for (int nested = 0; nested < 2; ++nested) {
             std::vector<float> c = c0;  // beta = 1: accumulate onto C
             auto call = [&] {
               cpu_backend::GemmKernels::gemm(ta, tb, M, N, K, -1.25f, a.data(), lda, b.data(), ldb, 1.f, c.data(), ldc);
             };
-            if (nested)
-              cpu_backend::ThreadPool::instance().run_on_all([&](std::size_t t, std::size_t) {
-                if (t == 0) call();
-              });
-            else
-              call();
-            std::vector<double> got, want;
-            bool padding_kept = true;
-            for (index_t i = 0; i < M; ++i) {
-              for (index_t j = 0; j < N; ++j) {
-                got.push_back(c[i * ldc + j]);
-                want.push_back(c0[i * ldc + j] - 1.25 * ab[i * N + j]);
-              }
-              for (index_t j = N; j < ldc; ++j) padding_kept = padding_kept && c[i * ldc + j] == c0[i * ldc + j];
-            }
+            run_maybe_nested(nested, call);
             INFO("M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " nested " << nested);
-            CHECK(padding_kept);
-            CHECK_CLOSE(got, want, mm_tol<float>(K) * 2, mm_tol<float>(K) * 2);
+            check_strided_result(c, ops, M, N, K, 1.f);
           }
         }
   // Epilogues one at a time and together (bias, residual, SiLU / ReLU in place, beside, VJP), K over
@@ -513,6 +541,82 @@ TEST_CASE("float GEMM edge shapes: M, N, K off the tile, strided operands, beta 
     }
   }
 }
+
+#if defined(TTMOE_PACKED_GEMM)
+TEST_CASE("packed GEMM split by columns (LLM prefill): every form, ragged units, k-blocks, beta, epilogues",
+          "[core][matmul]") {
+  // gemm_column_split directly, at shapes far below where gemm() picks it: M off the tile's rows, N
+  // over several column units with a ragged last unit and last sliver, K over two k-blocks with a
+  // remainder, leading dimensions wider than the matrices (the padding of C must survive), beta 0 (C
+  // filled with NaN: not read), 1 and -0.5; 1 and 2 threads and nested in a pool job (serial).
+  using cpu_backend::packed::WideTile;
+  ThreadCountGuard guard;
+  const index_t unit = cpu_backend::packed::kColumnUnit;
+  std::uint64_t seed = 900;
+  for (std::size_t threads : {std::size_t(1), std::size_t(2)}) {
+    cpu_backend::set_num_threads(threads);
+    for (const auto& mnk : {std::array<index_t, 3>{37, 3 * unit + 21, 801}, {5, 7, 3}, {64, 2 * unit, 384}})
+      for (int form = 0; form < 4; ++form) {
+        const index_t M = mnk[0], N = mnk[1], K = mnk[2];
+        const bool ta = form & 1, tb = form & 2;
+        const StridedOperands ops(ta, tb, M, N, K, seed);
+        const index_t lda = ops.lda, ldb = ops.ldb, ldc = ops.ldc;
+        const auto &a = ops.a, &b = ops.b, &c0 = ops.c0;
+        for (float beta : {0.f, 1.f, -0.5f})
+          for (int nested = 0; nested < 2; ++nested) {
+            std::vector<float> c = c0;
+            if (beta == 0.f)
+              for (index_t i = 0; i < M; ++i)
+                for (index_t j = 0; j < N; ++j) c[i * ldc + j] = std::numeric_limits<float>::quiet_NaN();
+            auto call = [&] {
+              cpu_backend::packed::gemm_column_split<WideTile, void>(ta, tb, M, N, K, -1.25f, a.data(), lda, b.data(),
+                                                                     ldb, beta, c.data(), ldc, {});
+            };
+            run_maybe_nested(nested, call);
+            INFO("threads " << threads << " M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb
+                            << " beta " << beta << " nested " << nested);
+            check_strided_result(c, ops, M, N, K, beta);
+          }
+      }
+  }
+  // The epilogue (bias + residual + SiLU, the pre-activation kept beside) rides on the last k-block's
+  // store of every unit, with the column offsets of the unit.
+  cpu_backend::set_num_threads(2);
+  const index_t M = 45, N = 2 * unit + 9, K = 700, ld = N + 3;
+  const auto a = random_values<float>(M * K, -1, 1, 950), b = random_values<float>(N * K, -1, 1, 951);
+  const auto bias = random_values<float>(N, -1, 1, 952), res = random_values<float>(M * ld, -2, 2, 953);
+  const auto ab = mm_ref(false, true, M, N, K, a.data(), b.data());
+  std::vector<float> c(M * ld, std::numeric_limits<float>::quiet_NaN()), act = c;
+  GemmEpilogue<float> ep;
+  ep.bias = bias.data(), ep.residual = res.data(), ep.ld_residual = ld, ep.activated = act.data(), ep.ld_activated = ld;
+  cpu_backend::packed::gemm_column_split<WideTile, op::silu>(false, true, M, N, K, 1.5f, a.data(), K, b.data(), K, 0.f,
+                                                             c.data(), ld, ep);
+  std::vector<double> pre, post, want_pre, want_post;
+  for (index_t i = 0; i < M; ++i)
+    for (index_t j = 0; j < N; ++j) {
+      const double z = 1.5 * ab[i * N + j] + bias[j] + res[i * ld + j];
+      want_pre.push_back(z), want_post.push_back(op::silu::apply(z));
+      pre.push_back(c[i * ld + j]), post.push_back(act[i * ld + j]);
+    }
+  const double tol = mm_tol<float>(K) * 8;
+  CHECK_CLOSE(pre, want_pre, tol, tol);
+  CHECK_CLOSE(post, want_post, tol, tol);
+  // gemm() takes the column split for a wide, large B (an LLM projection's shape, fewer rows): the
+  // same bits as calling it directly, and the right product.
+  const index_t wn = 2 * 2 * unit + 40, wk = cpu_backend::packed::kColumnSplitMinB / wn + 1, wm = 70;
+  REQUIRE(cpu_backend::packed::splits_columns<WideTile, float>(wm, wn, wk));
+  const auto wa = random_values<float>(wm * wk, -1, 1, 960), wb = random_values<float>(wn * wk, -1, 1, 961);
+  std::vector<float> via_gemm(wm * wn), direct(wm * wn);
+  cpu_backend::packed::gemm(false, true, wm, wn, wk, 1.f, wa.data(), wk, wb.data(), wk, 0.f, via_gemm.data(), wn);
+  cpu_backend::packed::gemm_column_split<WideTile, void>(false, true, wm, wn, wk, 1.f, wa.data(), wk, wb.data(), wk, 0.f,
+                                                         direct.data(), wn, {});
+  CHECK(via_gemm == direct);
+  std::vector<double> row0(wn);  // the first row against a double reference (the whole product is slow in double)
+  for (index_t j = 0; j < wn; ++j)
+    for (index_t k = 0; k < wk; ++k) row0[j] += double(wa[k]) * wb[j * wk + k];
+  CHECK_CLOSE(std::vector<float>(via_gemm.begin(), via_gemm.begin() + wn), row0, mm_tol<float>(wk), mm_tol<float>(wk));
+}
+#endif
 
 TEST_CASE("matmul with K = 0 gives zeros, folded and batched forms match per-matrix loops", "[core][matmul]") {
   ThreadCountGuard guard;

@@ -140,22 +140,24 @@ TEST_CASE("bf16 linear through the packed GEMM: widened panels, tails, blocks an
           INFO("threads " << nt);
           check_bf16_linear(cpu_backend::linear_bf16_packed, rows, in, out);
         }
-  // Column blocks: at depth 16400, 2 NC + nr + 3 outputs make a B over kWholePanelMax floats, and a
-  // block is NC columns (kBlockPanel / 16400 < 2 NC), so three blocks, the last narrower than a
-  // sliver's multiple; bias and residual move with each block.
+  // A large W goes through gemm_column_split: at depth 16400, 2 NC + nr + 3 outputs are several
+  // column units, the last ragged and ending in a narrow sliver; bias and residual move with each
+  // unit. 260 rows at that depth pass kColumnSplitMaxA, so they go in two row blocks.
   cpu_backend::set_num_threads(2);
   const index_t deep = 16400, wide = 2 * nc + nr + 3;
-  REQUIRE(cpu_backend::packed::kBlockPanel / deep < 2 * nc);
-  REQUIRE(deep * wide > cpu_backend::packed::kWholePanelMax);
+  using cpu_backend::packed::WideTile;
+  REQUIRE(cpu_backend::packed::splits_columns<WideTile, std::uint16_t>(7, wide, deep));
+  REQUIRE(cpu_backend::packed::splits_columns<WideTile, std::uint16_t>(260, 64, deep));
+  REQUIRE(260 * deep > cpu_backend::packed::kColumnSplitMaxA);
   check_bf16_linear(cpu_backend::linear_bf16_packed, 7, deep, wide);
+  check_bf16_linear(cpu_backend::linear_bf16_packed, 260, deep, 64);
   cpu_backend::set_num_threads(threads_before);
 }
 
 TEST_CASE("packed GEMM: BF16 bits widened while packing give exactly the F32 GEMM on the widened values", "[llm][bf16]") {
   // The packing variant is the only difference, so the results must be bit-identical: B transposed
-  // (a weight [N, K], as linear_bf16 uses it) and not ([K, N]), odd and even depths; the BF16 B of
-  // the last case goes in column blocks and the F32 one in one panel, which sum each element in
-  // the same order.
+  // (a weight [N, K], as linear_bf16 uses it) and not ([K, N]), odd and even depths; the last case
+  // goes through gemm_column_split with both (a ragged last unit, an odd depth's last k-block).
   const std::size_t threads_before = cpu_backend::num_threads();
   cpu_backend::set_num_threads(2);
   const index_t nc = cpu_backend::packed::NC, nr = cpu_backend::packed::NR;

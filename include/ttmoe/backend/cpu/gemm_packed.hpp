@@ -17,6 +17,9 @@
 // as [k][r], B slivers of NR columns as [k][c], each zero-padded to a full sliver. B may also be BF16
 // bits (a BF16-resident weight, backend/cpu/linear_bf16.hpp's prefill): pack_b widens them into the
 // F32 panel, so everything after packing is the F32 kernel.
+// Two schedules over that kernel: gemm_tiled (threads split C's rows, one shared panel of all of B)
+// and gemm_column_split (threads split C's columns, A packed whole, B a block at a time: an LLM's
+// weight at prefill); gemm_scheduled picks (splits_columns).
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #define TTMOE_PACKED_GEMM 1
@@ -287,6 +290,58 @@ inline void pack_a(bool ta, const float* A, index_t lda, index_t m0, index_t mc,
 /// The float a BF16 value stands for: its 16 bits are the float's upper half.
 inline float widen_bf16(std::uint16_t bits) { return std::bit_cast<float>(std::uint32_t(bits) << 16); }
 
+/// 8 consecutive values of a row of B as floats: 8 floats, or 8 BF16 values widened (zero-extended
+/// to 32 bits and shifted into the upper half).
+template <class BE>
+__attribute__((always_inline)) inline __m256 load8_widened(const BE* p) {
+  if constexpr (std::is_same_v<BE, float>)
+    return _mm256_loadu_ps(p);
+  else
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+/// Transposes the 8 x 8 block r[0..7] (row i = r[i]) in registers: afterwards r[i] is column i.
+__attribute__((always_inline)) inline void transpose_8x8(__m256 (&r)[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  // s0: elements 0 and 4 of rows 0-3, s1: 1 and 5, s2: 2 and 6, s3: 3 and 7; s4-s7 the same of rows 4-7.
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20), r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20), r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20), r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20), r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/// Packs one whole sliver of a transposed B: NR rows of B (`base`, ldb apart, from its k0) become kc
+/// packed rows [k][c]. Blocks of 8 rows x 8 k are loaded as 8 vectors (contiguous reads along each
+/// row of B), widened if BF16, transposed in registers and stored as 8 k-rows of 8 columns: about a
+/// quarter of a cycle per value, where one gather per vector costs about one. 8-wide at every ISA
+/// (every NR is a multiple of 8); a depth past the last multiple of 8 goes value by value.
+template <index_t NR, class BE>
+inline void pack_transposed_sliver(const BE* base, index_t ldb, index_t kc, float* o) {
+  index_t k = 0;
+  for (; k + 8 <= kc; k += 8)
+    for (index_t g = 0; g < NR; g += 8) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) r[i] = load8_widened(base + (g + index_t(i)) * ldb + k);
+      transpose_8x8(r);
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(o + (k + index_t(i)) * NR + g, r[i]);
+    }
+  for (; k < kc; ++k)
+    for (index_t c = 0; c < NR; ++c) {
+      if constexpr (std::is_same_v<BE, float>) o[k * NR + c] = base[c * ldb + k];
+      else o[k * NR + c] = widen_bf16(base[c * ldb + k]);
+    }
+}
+
 /// Packs op(B)[k0 : k0 + kc, n0 : n0 + nc] into slivers of NR columns ([k][c], zero columns past nc).
 /// BE is B's element: float, or std::uint16_t holding BF16 bits (a BF16-resident weight), widened to
 /// float here, so the packed panel and the micro-kernel are the same for both (the packing buffer is
@@ -311,8 +366,13 @@ inline void pack_b(bool tb, const BE* B, index_t ldb, index_t k0, index_t kc, in
       }
       continue;
     }
-    // op(B)(k, n) = B[n, k]: per k, gather one value from each of W rows of B per vector.
     const BE* base = B + (n0 + j) * ldb + k0;
+    if (w == NR) {  // a whole sliver: 8 x 8 blocks transposed in registers
+      pack_transposed_sliver<NR>(base, ldb, kc, o);
+      continue;
+    }
+    // op(B)(k, n) = B[n, k] for a narrow last sliver: per k, gather one value from each of W rows of
+    // B per vector.
     // Rows of B behind vector v of this sliver: w - W v, or none. index_t is unsigned, so w - W v
     // for a narrow last sliver would wrap to a huge count, enable every lane and gather rows past B.
     const auto live_rows = [w](int first) { return w > index_t(first) ? w - index_t(first) : index_t(0); };
@@ -477,51 +537,120 @@ inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float 
   else pool.run_on_all(job);
 }
 
-/// Floats of packed BF16 B above which gemm() runs the columns of C in blocks (see
-/// gemm_in_column_blocks). The panel lands in PackScratch's per-thread buffer, which is kept, so this
-/// is also what BF16 prefill adds to the resident set: 16 MiB put a 4-layer 1B model's peak RSS at
-/// 1.151 x its weights (target 1.15), 8 MiB keeps it near 1.14.
-inline constexpr index_t kWholePanelMax = index_t(2) << 20;  // 8 MiB
-/// Floats of packed B per column block.
-inline constexpr index_t kBlockPanel = kWholePanelMax;
+/// Target width of gemm_column_split's work unit in columns of C (rounded down to whole slivers): a
+/// KC x 128 block of packed B is 192 KiB, so it stays in a 512 KiB L2 next to the A slivers and C
+/// tiles that pass it.
+inline constexpr index_t kColumnUnit = 128;
+/// Floats of op(B) from which an F32 GEMM with a wide B takes gemm_column_split (measured, docs/
+/// design.md "LLM prefill"): below it, gemm_tiled's one shared panel is packed while still in cache.
+inline constexpr index_t kColumnSplitMinB = index_t(2) << 20;  // 8 MiB of F32
 
-/// gemm_tiled, over blocks of C's columns when B is BF16 and large, each block packing only its own
-/// part of B. gemm_tiled packs all of op(B) before any tile runs: for an LLM's 8192 x 2048 BF16
-/// projection that is a 64 MiB F32 panel, twice the weight it widens, taken from the pool for the
-/// call and kept in its cache, which alone would put a 4-layer 1B model's peak RSS over 1.15 x its
-/// weights. Blocks of at most kBlockPanel floats fit the per-thread buffer. F32 B stays one panel:
-/// split the same way it measured 5-8% slower (bench_bf16_decode-style A/B, 512 rows, AMD EPYC AVX2,
-/// loaded), each block adding a barrier that a descheduled thread stretches. Block widths are
-/// multiples of NC, which every tile shape's sliver width divides, so only the last block has a
-/// partial sliver, as the whole width would.
+/// C = alpha op(A) op(B) + beta C for a B wider and larger than A is tall, an LLM's weight at prefill
+/// (x [512, 2048] times W^T, W up to [8192, 2048]): the threads split C's COLUMNS, so each packs and
+/// streams only its own columns of B, once. The threads first pack all of op(A) together into one
+/// shared buffer (M x K floats; A is the small operand here) and meet at one barrier; then each takes
+/// units of kColumnUnit columns from a shared counter and, per k-block, packs that unit's KC x unit
+/// block of B into its own L2-resident buffer and runs every row sliver of A past it.
+///
+/// Against gemm_tiled (one whole packed B shared by row chunks): no panel of all of op(B) is written
+/// to memory and read back once per row chunk (for an 8192 x 2048 weight that panel is 64 MiB, read 8
+/// times at 512 rows), and a BF16 B is widened into a block of a few hundred KiB instead of a panel
+/// twice its size (which had to go in column blocks to keep an LLM's peak RSS under 1.15 x its
+/// weights). Units from a counter, not a fixed half each, for the reason gemm_tiled takes row chunks.
 template <class Tl, class Act, class BE>
-inline void gemm_in_column_blocks(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A,
-                                  index_t lda, const BE* B, index_t ldb, float beta, float* C, index_t ldc,
-                                  const ttmoe::GemmEpilogue<float>& ep) {
-  if (std::is_same_v<BE, float> || K * N <= kWholePanelMax) {
+inline void gemm_column_split(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A,
+                              index_t lda, const BE* B, index_t ldb, float beta, float* C, index_t ldc,
+                              const ttmoe::GemmEpilogue<float>& ep) {
+  constexpr index_t MR = Tl::MR, NR = Tl::NR;
+  constexpr index_t unit = NR * std::max<index_t>(1, kColumnUnit / NR);
+  auto& pool = ThreadPool::instance();
+  const std::size_t threads = ThreadPool::in_parallel() ? 1 : pool.num_threads();
+  const index_t m_slivers = (M + MR - 1) / MR, m_padded = m_slivers * MR, k_blocks = (K + KC - 1) / KC;
+  const index_t units = (N + unit - 1) / unit, b_len = std::min(KC, K) * unit;
+  // Packed A: k-block kb (from k0 = kb KC) starts at k0 * m_padded and holds m_slivers slivers of
+  // kc x MR. B: one unit's k-block per thread.
+  const PackScratch a_scratch(m_padded * K, 1), b_scratch(b_len * index_t(threads), 0);
+  float* ap = a_scratch.get();
+  std::atomic<std::size_t> packed{0};
+  std::atomic<index_t> next_unit{0};
+  auto job = [&](std::size_t t, std::size_t n) {
+    const index_t pack_units = k_blocks * m_slivers;  // (k-block, row sliver) pairs, split evenly
+    for (index_t u = pack_units * index_t(t) / index_t(n); u < pack_units * index_t(t + 1) / index_t(n); ++u) {
+      const index_t kb = u / m_slivers, s = u % m_slivers, k0 = kb * KC, kc = std::min(KC, K - k0);
+      pack_a<Tl>(ta, A, lda, s * MR, std::min(MR, M - s * MR), k0, kc, ap + k0 * m_padded + s * kc * MR);
+    }
+    if (n > 1) {  // nobody reads A before all of it is packed
+      packed.fetch_add(1, std::memory_order_acq_rel);
+      while (packed.load(std::memory_order_acquire) < n) __builtin_ia32_pause();
+    }
+    float* bp = b_scratch.get() + index_t(t) * b_len;
+    for (index_t u = next_unit.fetch_add(1, std::memory_order_relaxed); u < units;
+         u = next_unit.fetch_add(1, std::memory_order_relaxed)) {
+      const index_t n0 = u * unit, nc = std::min(unit, N - n0);
+      for (index_t k0 = 0; k0 < K; k0 += KC) {
+        const index_t kc = std::min(KC, K - k0);
+        pack_b<Tl>(tb, B, ldb, k0, kc, n0, nc, bp);
+        const Update up = k0 > 0 ? Update::add : beta == 0.f ? Update::assign : Update::scale_add;
+        const bool last = k0 + KC >= K;
+        const float* ak = ap + k0 * m_padded;
+        for (index_t s = 0; s < m_slivers; ++s) {
+          const index_t m0 = s * MR, mr = std::min(MR, M - m0);
+          for (index_t j = 0; j < nc; j += NR)
+            micro_kernel<Tl, Act>(kc, ak + s * kc * MR, nullptr, 1, bp + (j / NR) * kc * NR, C + m0 * ldc + n0 + j, ldc,
+                                  alpha, beta, up, last, ep.at(m0, n0 + j), mr, std::min(NR, nc - j));
+        }
+      }
+    }
+  };
+  if (threads == 1) job(0, 1);
+  else pool.run_on_all(job);
+}
+
+/// Whether gemm() runs gemm_column_split rather than gemm_tiled: a B of BF16 bits over 1M values
+/// (gemm_tiled would widen all of it into one F32 panel, twice its size, kept in the packing buffer:
+/// the resident set of an LLM's prefill), or an F32 B of at least kColumnSplitMinB floats that is
+/// wider than A is tall (A is then the operand to pack whole) with two units of columns per thread.
+template <class Tl, class BE>
+inline bool splits_columns(index_t M, index_t N, index_t K) {
+  constexpr index_t unit = Tl::NR * std::max<index_t>(1, kColumnUnit / Tl::NR);
+  if (std::is_same_v<BE, std::uint16_t>) return K * N > index_t(1) << 20;
+  const index_t threads = ThreadPool::in_parallel() ? 1 : index_t(ThreadPool::instance().num_threads());
+  return M <= N && N >= 2 * threads * unit && K * N >= kColumnSplitMinB;
+}
+
+/// Floats of packed A that one gemm_column_split call packs at most (16 MiB): more rows go in row
+/// blocks, each streaming B once more, so the shared A buffer (kept between calls) stays bounded.
+inline constexpr index_t kColumnSplitMaxA = index_t(4) << 20;
+
+/// gemm_tiled or gemm_column_split (in row blocks of at most kColumnSplitMaxA floats of A), as
+/// splits_columns says.
+template <class Tl, class Act, class BE>
+inline void gemm_scheduled(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A,
+                           index_t lda, const BE* B, index_t ldb, float beta, float* C, index_t ldc,
+                           const ttmoe::GemmEpilogue<float>& ep) {
+  if (!splits_columns<Tl, BE>(M, N, K)) {
     gemm_tiled<Tl, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
     return;
   }
-  const index_t block = std::max(NC, kBlockPanel / K / NC * NC);
-  for (index_t n0 = 0; n0 < N; n0 += block)
-    gemm_tiled<Tl, Act>(ta, tb, M, std::min(block, N - n0), K, alpha, A, lda, tb ? B + n0 * ldb : B + n0, ldb, beta,
-                        C + n0, ldc, ep.at(0, n0));
+  const index_t rows = std::max(Tl::MR, kColumnSplitMaxA / K / Tl::MR * Tl::MR);
+  for (index_t m0 = 0; m0 < M; m0 += rows)
+    gemm_column_split<Tl, Act>(ta, tb, std::min(rows, M - m0), N, K, alpha, ta ? A + m0 : A + m0 * lda, lda, B, ldb,
+                               beta, C + m0 * ldc, ldc, ep.at(m0, 0));
 }
 
 /// C = alpha op(A) op(B) + beta C, finished by `ep` with activation Act (void: none; see
-/// gemm_tiled), with the tile shape that pads N least; a large BF16 B goes in column blocks
-/// (gemm_in_column_blocks). B is float, or BF16 bits (BE = std::uint16_t, a BF16-resident weight)
+/// gemm_tiled), with the tile shape that pads N least, scheduled by gemm_scheduled. B is float, or BF16 bits (BE = std::uint16_t, a BF16-resident weight)
 /// widened to float as it is packed; A and C are float either way.
 template <class Act = void, class BE = float>
 inline void gemm(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A, index_t lda,
                  const BE* B, index_t ldb, float beta, float* C, index_t ldc, const ttmoe::GemmEpilogue<float>& ep = {}) {
   if constexpr (!std::is_same_v<AltTile, WideTile>) {
     if (N % AltTile::NR == 0 && N % WideTile::NR != 0) {
-      gemm_in_column_blocks<AltTile, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+      gemm_scheduled<AltTile, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
       return;
     }
   }
-  gemm_in_column_blocks<WideTile, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+  gemm_scheduled<WideTile, Act>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
 }
 
 }  // namespace ttmoe::cpu_backend::packed

@@ -179,9 +179,10 @@ inline void linear_bf16_dot(const float* x, index_t rows, const io::Bf16Matrix& 
 inline constexpr index_t kPackedGemmMinRows = 80;
 
 /// The packed-GEMM kernel for linear_bf16 (any row count; the one that runs from kPackedGemmMinRows):
-/// the same result through packed::gemm with W's BF16 panels widened to F32 as they are packed (in
-/// column blocks for a large W, so the widened copy stays at most 8 MiB: packed::kBlockPanel), and
-/// bias and residual added as each tile is stored.
+/// the same result through packed::gemm with W's BF16 panels widened to F32 as they are packed (a
+/// large W by packed::gemm_column_split, each thread widening one L2-sized block of its own columns
+/// at a time, so no widened copy of W is ever whole), and bias and residual added as each tile is
+/// stored.
 inline void linear_bf16_packed(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias,
                                const float* residual, float* y) {
   if (rows == 0 || w.rows == 0) return;
