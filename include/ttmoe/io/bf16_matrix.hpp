@@ -15,11 +15,24 @@
 
 namespace ttmoe::io {
 
+/// What a product with a BF16-resident weight does with its F32 activations (issue #14). The
+/// default is `exact`: the model then computes exactly what the F32 model on the same (BF16-valued)
+/// weights computes, up to summation order, on every CPU, and decode (memory-bound) gains nothing
+/// from rounding. `bf16_activations` is the speed option for prefill (what llama.cpp and torch's BF16
+/// do): on AVX512-BF16 CPUs many-row products run `vdpbf16ps` at twice the F32 FMA's multiply-adds;
+/// elsewhere the rounded activations go through the F32 kernels, so the results agree across CPUs
+/// up to summation order (a product of two BF16 values is exact in F32).
+enum class Bf16Arithmetic {
+  exact,            ///< F32 activations times the BF16 weight's values, F32 sums
+  bf16_activations  ///< activations rounded to BF16 (nearest even) first, F32 sums
+};
+
 /// rows x cols bfloat16 values, row-major, read-only; undefined while `bits` is null.
 struct Bf16Matrix {
   std::shared_ptr<const void> owner;  ///< keeps the storage `bits` points into alive
   const std::uint16_t* bits = nullptr;
   index_t rows = 0, cols = 0;
+  Bf16Arithmetic arithmetic = Bf16Arithmetic::exact;  ///< how linear_bf16 multiplies by this weight
 
   bool defined() const noexcept { return bits != nullptr; }
   /// Bytes the values occupy (what one pass over the matrix streams from memory).

@@ -14,6 +14,8 @@
 //    caps it well below GEMM speed once x outgrows L2; the GEMM reuses each packed weight panel for
 //    all rows from L2 and its register tile does 12 (AVX2) or 24 (AVX-512) FMAs per B load.
 //    kPackedGemmMinRows (measured, docs/design.md) is where the GEMM starts to win.
+// With io::Bf16Arithmetic::bf16_activations on the weight, x is rounded to BF16 first; many rows then
+// run the AVX512-BF16 `vdpbf16ps` GEMM (gemm_bf16dot.hpp) where the build has it.
 // An odd `cols` (no real model has one) falls back to a scalar loop in the dot-product kernel (the
 // GEMM packs an odd depth's last column by a scalar loop, so it takes odd widths as they are).
 
@@ -24,6 +26,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "ttmoe/backend/cpu/gemm_bf16dot.hpp"
 #include "ttmoe/backend/cpu/gemm_packed.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 #include "ttmoe/io/bf16_matrix.hpp"
@@ -194,12 +197,11 @@ inline void linear_bf16_packed(const float* x, index_t rows, const io::Bf16Matri
 }
 #endif
 
-/// y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]) for r < rows; x [rows, w.cols],
-/// y and residual [rows, w.rows]; bias and residual may be null. Prefill-sized inputs (from
-/// kPackedGemmMinRows rows, in AVX2+FMA / AVX-512 builds) run the packed GEMM, fewer rows the
-/// dot-product kernel.
-inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
-                        float* y) {
+/// linear_bf16 with exact arithmetic (F32 activations, io::Bf16Arithmetic::exact), whatever `w`
+/// asks for. Prefill-sized inputs (from kPackedGemmMinRows rows, in AVX2+FMA / AVX-512 builds) run
+/// the packed GEMM, fewer rows the dot-product kernel.
+inline void linear_bf16_exact(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias,
+                              const float* residual, float* y) {
 #if defined(TTMOE_PACKED_GEMM)
   if (rows >= kPackedGemmMinRows && w.cols > 0 && w.rows >= packed::NR) {
     linear_bf16_packed(x, rows, w, bias, residual, y);
@@ -207,6 +209,32 @@ inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, c
   }
 #endif
   linear_bf16_dot(x, rows, w, bias, residual, y);
+}
+
+/// linear_bf16 with x rounded to BF16 first (io::Bf16Arithmetic::bf16_activations), whatever `w`
+/// asks for. On AVX512-BF16 builds prefill-sized inputs run the `vdpbf16ps` GEMM (gemm_bf16dot.hpp);
+/// otherwise (fewer rows, other CPUs) the rounded x goes through linear_bf16_exact: a BF16 x BF16
+/// product is exact in F32, so only the summation order differs from the `vdpbf16ps` result.
+inline void linear_bf16_rounded(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias,
+                                const float* residual, float* y) {
+#if defined(TTMOE_BF16DOT_GEMM)
+  if (rows >= kPackedGemmMinRows && w.cols > 0) {
+    bf16dot::linear(x, rows, w, bias, residual, y);
+    return;
+  }
+#endif
+  std::vector<float> xr(std::size_t(rows) * std::size_t(w.cols));
+  for (std::size_t i = 0; i < xr.size(); ++i) xr[i] = io::bf16_to_float(io::float_to_bf16(x[i]));
+  linear_bf16_exact(xr.data(), rows, w, bias, residual, y);
+}
+
+/// y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]) for r < rows; x [rows, w.cols],
+/// y and residual [rows, w.rows]; bias and residual may be null. `w.arithmetic` picks exact F32
+/// activations (linear_bf16_exact) or BF16-rounded ones (linear_bf16_rounded).
+inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
+                        float* y) {
+  if (w.arithmetic == io::Bf16Arithmetic::bf16_activations) linear_bf16_rounded(x, rows, w, bias, residual, y);
+  else linear_bf16_exact(x, rows, w, bias, residual, y);
 }
 
 }  // namespace ttmoe::cpu_backend

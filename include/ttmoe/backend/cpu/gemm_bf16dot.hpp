@@ -1,0 +1,211 @@
+#pragma once
+// y = x W^T (+ bias) (+ residual) for a BF16-resident weight W [N, K] on AVX512-BF16 (`vdpbf16ps`,
+// issue #14): the prefill kernel of linear_bf16 when the weight asks for BF16 activations
+// (io::Bf16Arithmetic::bf16_activations). Compiled only where __AVX512BF16__ is defined
+// (-march=native on Zen 4, Sapphire Rapids and later); other builds never see it.
+//
+// `vdpbf16ps acc, a, b` adds a[2i] b[2i] + a[2i+1] b[2i+1] to F32 lane i: one instruction does 32
+// multiply-adds where an F32 FMA does 16, and its operands are half the bytes. Both operands are
+// therefore laid out in k-PAIRS, one 32-bit word holding two consecutive k:
+//  * x is rounded to BF16 (round to nearest even, `vcvtne2ps2bf16`) as it is packed, into slivers of
+//    MR rows, [pair][row] words (the F32 kernel's A layout with a word for a float);
+//  * W's rows already hold (w[n][2p], w[n][2p+1]) as one word, so packing W is a 32-bit transpose
+//    into slivers of NR columns, [pair][column] words (the F32 kernel's B layout), no widening: the
+//    8 x 8 register transpose of gemm_packed.hpp moves the words unchanged.
+// The micro-kernel keeps gemm_packed.hpp's tile shapes (24 accumulators: 8 x 48 or 6 x 64), loads NV
+// vectors of W pairs and broadcasts one x pair per row per step, and finishes through the F32
+// kernel's store_tile, so bias and residual join the first k-block's store exactly as there.
+// Schedule: packed::gemm_column_split's (x small, W wide): the threads pack all of x together, meet
+// once, then take units of columns from a counter, each packing its unit's k-block of W into its own
+// L2-sized buffer and running every row sliver past it, so W streams from memory once.
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#define TTMOE_BF16DOT_GEMM 1
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+#include "ttmoe/backend/cpu/gemm_packed.hpp"
+#include "ttmoe/backend/cpu/thread_pool.hpp"
+#include "ttmoe/io/bf16_matrix.hpp"
+
+namespace ttmoe::cpu_backend::bf16dot {
+
+/// k-pairs per packed k-block: 768 values of k, so a 128-column block of packed W is 192 KiB (L2,
+/// as the F32 kernel's KC x 128 floats) and an A sliver (8 rows) 12 KiB (L1).
+inline constexpr index_t KCP = 384;
+
+/// One 32-bit word of W's row `row` (K values) at pair p: (w[2p], w[2p+1]), the high half 0 past an
+/// odd K's end (no read passes the row, or a mapped file).
+inline std::uint32_t weight_pair(const std::uint16_t* row, index_t K, index_t p) {
+  const std::uint32_t lo = row[2 * p], hi = 2 * p + 1 < K ? row[2 * p + 1] : 0u;
+  return lo | (hi << 16);
+}
+
+/// Packs pairs [p0, p0 + kcp) of W's rows [n0, n0 + nc) into slivers of NR columns ([pair][column],
+/// zero columns past nc). Groups of 8 whole columns go through 8 x 8 register transposes of
+/// unaligned 8-word row loads (W rows are only 2-byte aligned); the pairs past the last multiple of
+/// 8, an odd K's half pair and a group with dead columns go word by word.
+template <class Tl>
+inline void pack_w(const std::uint16_t* w, index_t K, index_t p0, index_t kcp, index_t n0, index_t nc, std::uint32_t* out) {
+  constexpr index_t NR = Tl::NR;
+  // Pairs of this block with both values inside the row, in whole groups of 8 (index_t is unsigned:
+  // differences are taken only once known not to wrap).
+  const index_t full_pairs = K / 2, vec_end = (full_pairs > p0 ? std::min(kcp, full_pairs - p0) : 0) / 8 * 8;
+  for (index_t j = 0; j < nc; j += NR) {
+    std::uint32_t* o = out + (j / NR) * kcp * NR;
+    for (index_t g = 0; g < NR; g += 8) {
+      const index_t live = nc > j + g ? std::min<index_t>(8, nc - j - g) : 0;
+      index_t p = 0;
+      if (live == 8) {
+        const std::uint16_t* rows = w + (n0 + j + g) * K + 2 * p0;
+        for (; p < vec_end; p += 8) {
+          __m256 r[8];
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i)
+            r[i] = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + index_t(i) * K + 2 * p)));
+          packed::transpose_8x8(r);
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + (p + index_t(i)) * NR + g), _mm256_castps_si256(r[i]));
+        }
+      }
+      for (; p < kcp; ++p)
+        for (index_t c = 0; c < 8; ++c)
+          o[p * NR + g + c] = c < live ? weight_pair(w + (n0 + j + g + c) * K, K, p0 + p) : 0u;
+    }
+  }
+}
+
+/// Packs x's rows [m0, m0 + mc) (row stride K floats), pairs [p0, p0 + kcp), rounded to BF16 into
+/// slivers of MR rows ([pair][row] words, zero rows past mc). 32 floats (16 pairs) at a time go
+/// through one `vcvtne2ps2bf16`; a masked load zero-fills the tail, an odd K's missing value included.
+template <class Tl>
+inline void pack_x(const float* x, index_t K, index_t m0, index_t mc, index_t p0, index_t kcp, std::uint32_t* out) {
+  constexpr index_t MR = Tl::MR;
+  alignas(64) std::uint32_t words[16];
+  for (index_t i = 0; i < mc; i += MR) {
+    std::uint32_t* o = out + (i / MR) * kcp * MR;
+    for (index_t r = 0; r < MR; ++r) {
+      if (i + r >= mc) {
+        for (index_t p = 0; p < kcp; ++p) o[p * MR + r] = 0u;
+        continue;
+      }
+      const float* row = x + (m0 + i + r) * K;
+      for (index_t p = 0; p < kcp; p += 16) {
+        const index_t k = 2 * (p0 + p), left = std::min<index_t>(32, K - std::min(K, k));
+        const auto mask = [](index_t n) { return __mmask16(n >= 16 ? 0xFFFF : (1u << n) - 1u); };
+        const __m512 lo = _mm512_maskz_loadu_ps(mask(left), row + k);
+        const __m512 hi = _mm512_maskz_loadu_ps(mask(left > 16 ? left - 16 : 0), row + k + 16);
+        _mm512_store_si512(words, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+        for (index_t q = 0; q < std::min<index_t>(16, kcp - p); ++q) o[(p + q) * MR + r] = words[q];
+      }
+    }
+  }
+}
+
+/// One micro-tile: acc = x sliver . W sliver over kcp pairs (`vdpbf16ps`), then the F32 kernel's
+/// store_tile (`up`: assign with bias and residual on the first k-block, add on later ones).
+template <class Tl>
+inline void micro_kernel(index_t kcp, const std::uint32_t* a, const std::uint32_t* b, float* c, index_t ldc,
+                         packed::Update up, const ttmoe::GemmEpilogue<float>& ep, index_t mr, index_t nr) {
+  constexpr index_t MR = Tl::MR, NR = Tl::NR;
+  constexpr int NV = Tl::NV;
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (index_t p = 0; p < kcp; ++p) {
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + 16 * v));
+#pragma GCC unroll 8
+    for (index_t r = 0; r < MR; ++r) {
+      const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(int(a[r])));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+    }
+    a += MR;
+    b += NR;
+  }
+  packed::store_tile<Tl, void>(acc, c, ldc, 1.f, 0.f, up, true, ep, mr, nr);
+}
+
+/// y[M, N] = round_bf16(x)[M, K] W^T, finished by `ep` (bias, residual), with tile Tl, threads
+/// splitting the columns (see the header comment). x row-major with stride K, y with stride N.
+template <class Tl>
+inline void gemm_columns(const float* x, index_t M, const std::uint16_t* w, index_t N, index_t K, float* y,
+                         const ttmoe::GemmEpilogue<float>& ep) {
+  constexpr index_t MR = Tl::MR, NR = Tl::NR;
+  constexpr index_t unit = NR * std::max<index_t>(1, packed::kColumnUnit / NR);
+  auto& pool = ThreadPool::instance();
+  const std::size_t threads = ThreadPool::in_parallel() ? 1 : pool.num_threads();
+  const index_t pairs = (K + 1) / 2, m_slivers = (M + MR - 1) / MR, m_padded = m_slivers * MR;
+  const index_t k_blocks = (pairs + KCP - 1) / KCP, units = (N + unit - 1) / unit, w_len = std::min(KCP, pairs) * unit;
+  // Words are 4 bytes like the floats PackScratch counts: packed x (block kb at p0 m_padded, sliver
+  // s at + s kcp MR) in slot 1, one unit's k-block of W per thread in slot 0, as the F32 kernel.
+  const packed::PackScratch a_scratch(m_padded * pairs, 1), b_scratch(w_len * index_t(threads), 0);
+  auto* ap = reinterpret_cast<std::uint32_t*>(a_scratch.get());
+  std::atomic<std::size_t> packed_x{0};
+  std::atomic<index_t> next_unit{0};
+  auto job = [&](std::size_t t, std::size_t n) {
+    const index_t pack_units = k_blocks * m_slivers;  // (k-block, row sliver) pairs, split evenly
+    for (index_t u = pack_units * index_t(t) / index_t(n); u < pack_units * index_t(t + 1) / index_t(n); ++u) {
+      const index_t kb = u / m_slivers, s = u % m_slivers, p0 = kb * KCP, kcp = std::min(KCP, pairs - p0);
+      pack_x<Tl>(x, K, s * MR, std::min(MR, M - s * MR), p0, kcp, ap + p0 * m_padded + s * kcp * MR);
+    }
+    if (n > 1) {  // nobody reads x before all of it is packed
+      packed_x.fetch_add(1, std::memory_order_acq_rel);
+      while (packed_x.load(std::memory_order_acquire) < n) __builtin_ia32_pause();
+    }
+    auto* bp = reinterpret_cast<std::uint32_t*>(b_scratch.get()) + index_t(t) * w_len;
+    for (index_t u = next_unit.fetch_add(1, std::memory_order_relaxed); u < units;
+         u = next_unit.fetch_add(1, std::memory_order_relaxed)) {
+      const index_t n0 = u * unit, nc = std::min(unit, N - n0);
+      for (index_t p0 = 0; p0 < pairs; p0 += KCP) {
+        const index_t kcp = std::min(KCP, pairs - p0);
+        pack_w<Tl>(w, K, p0, kcp, n0, nc, bp);
+        const packed::Update up = p0 > 0 ? packed::Update::add : packed::Update::assign;
+        const std::uint32_t* ak = ap + p0 * m_padded;
+        for (index_t s = 0; s < m_slivers; ++s) {
+          const index_t m0 = s * MR, mr = std::min(MR, M - m0);
+          for (index_t j = 0; j < nc; j += NR)
+            micro_kernel<Tl>(kcp, ak + s * kcp * MR, bp + (j / NR) * kcp * NR, y + m0 * N + n0 + j, N, up,
+                             ep.at(m0, n0 + j), mr, std::min(NR, nc - j));
+        }
+      }
+    }
+  };
+  if (threads == 1) job(0, 1);
+  else pool.run_on_all(job);
+}
+
+/// y = round_bf16(x) W^T (+ bias) (+ residual) for x [rows, w.cols], y and residual [rows, w.rows]:
+/// BF16 products, F32 sums. The tile that pads N least (gemm_packed.hpp's rule); x in row blocks of
+/// at most packed::kColumnSplitMaxA words of packed x, each streaming W once more.
+inline void linear(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
+                   float* y) {
+  if (rows == 0 || w.rows == 0) return;
+  const index_t N = w.rows, K = w.cols, pairs = (K + 1) / 2;
+  auto run = [&]<class Tl>(Tl) {
+    const index_t block = std::max(Tl::MR, packed::kColumnSplitMaxA / std::max<index_t>(pairs, 1) / Tl::MR * Tl::MR);
+    for (index_t m0 = 0; m0 < rows; m0 += block) {
+      ttmoe::GemmEpilogue<float> ep;
+      ep.bias = bias;
+      ep.residual = residual ? residual + m0 * N : nullptr;
+      ep.ld_residual = N;
+      gemm_columns<Tl>(x + m0 * K, std::min(block, rows - m0), w.bits, N, K, y + m0 * N, ep);
+    }
+  };
+  if (N % packed::AltTile::NR == 0 && N % packed::WideTile::NR != 0) run(packed::AltTile{});
+  else run(packed::WideTile{});
+}
+
+}  // namespace ttmoe::cpu_backend::bf16dot
+
+#endif  // __AVX512BF16__ && __AVX512F__
