@@ -10,7 +10,10 @@
 // weight bytes on disk (issue target <= 1.15). With `--rows R1,R2,...` it times the layer's 7
 // projections at R activation rows through each of linear_bf16's two kernels (the dot-product kernel
 // and the packed GEMM), alternating, and prints `rows_R_packed_over_dot: t_packed / t_dot` (below 1:
-// the GEMM wins; kPackedGemmMinRows is set from these). Threads: $TTMOE_BENCH_THREADS (default 2).
+// the GEMM wins; kPackedGemmMinRows is set from these); AVX512-BF16 builds also print
+// `rows_R_bf16dot_over_dot`: the `vdpbf16ps` GEMM (gemm_bf16dot.hpp) over the dot-product kernel (x
+// holds BF16-exact values, so that kernel computes what the rounded path below the threshold does).
+// Threads: $TTMOE_BENCH_THREADS (default 2).
 #include <ttmoe/models/llm.hpp>
 #include <ttmoe/ttmoe.hpp>
 
@@ -100,13 +103,17 @@ int rows_mode(const std::string& list) {
       for (const auto& w : ws) kernel(x.data(), rows, w, nullptr, nullptr, y.data());
       return bench::seconds_since(t0);
     };
-    std::vector<double> ratio;
+    std::vector<double> ratio, dot_ratio;
     run(cpu_backend::linear_bf16_dot), run(cpu_backend::linear_bf16_packed);  // warm-up
     for (int r = 0; r < rounds; ++r) {
       const double dot = run(cpu_backend::linear_bf16_dot);
       ratio.push_back(run(cpu_backend::linear_bf16_packed) / dot);
+#if defined(TTMOE_BF16DOT_GEMM)
+      dot_ratio.push_back(run(cpu_backend::bf16dot::linear) / dot);
+#endif
     }
     std::printf("rows_%zu_packed_over_dot: %.3f\n", std::size_t(rows), bench::median(ratio));
+    if (!dot_ratio.empty()) std::printf("rows_%zu_bf16dot_over_dot: %.3f\n", std::size_t(rows), bench::median(dot_ratio));
     std::fflush(stdout);
   }
   return 0;

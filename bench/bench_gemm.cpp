@@ -8,7 +8,8 @@
 // `--llm-prefill` instead times the projections of a 512-token prefill at Llama-3.2-1B widths (x [512, K]
 // times W^T, W [N, K] for q/o, k/v, gate/up and down) through ttmoe's packed kernel with F32 and BF16
 // weights and through cblas_sgemm (F32, transposed B), in alternating rounds ($TTMOE_BENCH_REPS, default
-// 5), and prints `llm_prefill_gemm_<N>x<K>_{f32,bf16,openblas}_gflops: value` lines (medians).
+// 5), and prints `llm_prefill_gemm_<N>x<K>_{f32,bf16,openblas}_gflops: value` lines (medians); AVX512-BF16
+// builds add `_bf16dot_`: the BF16 weight times BF16-rounded x through `vdpbf16ps` (gemm_bf16dot.hpp).
 #include <ttmoe/ttmoe.hpp>
 
 #include <cblas.h>
@@ -92,17 +93,28 @@ int llm_prefill_mode() {
       return 1;
     }
     bf16();
-    std::vector<double> rate[3];
-    for (int r = 0; r < rounds; ++r) {
-      int i = 0;
-      for (auto& fn : std::initializer_list<std::function<void()>>{f32, bf16, blas}) {
-        const auto t0 = std::chrono::steady_clock::now();
-        fn();
-        rate[i++].push_back(flops / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9);
-      }
+    std::vector<const char*> names{"f32", "bf16", "openblas"};
+    std::vector<std::function<void()>> fns{f32, bf16, blas};
+#if defined(TTMOE_BF16DOT_GEMM)
+    names.push_back("bf16dot");
+    fns.push_back([&] { cpu_backend::bf16dot::linear(x.data(), M, wb, nullptr, nullptr, y.data()); });
+    fns.back()();
+    // Rounding x to BF16 moves each product by up to 2^-9 of it: far inside 1% of the largest output.
+    err = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) err = std::max(err, double(std::abs(y[i] - ref[i])));
+    if (err > 1e-2 * (1 + mag)) {
+      std::fprintf(stderr, "bench_gemm: bf16dot and OpenBLAS disagree at %zux%zu (max error %g)\n", std::size_t(N), std::size_t(K), err);
+      return 1;
     }
-    const char* names[3] = {"f32", "bf16", "openblas"};
-    for (int i = 0; i < 3; ++i) {
+#endif
+    std::vector<std::vector<double>> rate(fns.size());
+    for (int r = 0; r < rounds; ++r)
+      for (std::size_t i = 0; i < fns.size(); ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        fns[i]();
+        rate[i].push_back(flops / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9);
+      }
+    for (std::size_t i = 0; i < fns.size(); ++i) {
       std::sort(rate[i].begin(), rate[i].end());
       std::printf("llm_prefill_gemm_%zux%zu_%s_gflops: %.1f\n", std::size_t(N), std::size_t(K), names[i], rate[i][rate[i].size() / 2]);
     }

@@ -8,7 +8,10 @@
 //   weight_bytes_per_token  bytes of the resident weights one decode step reads (every Linear and the head;
 //                        the embedding table counted once, as the tied head reads it; one row for the lookup)
 //   triad_gbs            STREAM triad c = a + s*b over 32M floats on the same thread pool, measured first
-//   bench_llm_decode DIR [--precision f32|bf16] [--threads 2] [--prompt 512] [--new 128] [--cache 2048]
+// `--arithmetic bf16` rounds the activations of BF16 weights to BF16 (io::Bf16Arithmetic; the
+// AVX512-BF16 prefill kernel where the CPU has it), as llama.cpp's BF16 does; the default is exact.
+//   bench_llm_decode DIR [--precision f32|bf16] [--arithmetic exact|bf16] [--threads 2] [--prompt 512]
+//                        [--new 128] [--cache 2048]
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -57,11 +60,12 @@ bool table_is_bf16(const E& table) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
-    std::fprintf(stderr, "usage: bench_llm_decode DIR [--precision f32|bf16] [--threads N] [--prompt N] [--new N] [--cache N]\n");
+    std::fprintf(stderr, "usage: bench_llm_decode DIR [--precision f32|bf16] [--arithmetic exact|bf16] [--threads N] [--prompt N] "
+                 "[--new N] [--cache N]\n");
     return 2;
   }
   const std::filesystem::path dir = argv[1];
-  std::string precision = "f32";
+  std::string precision = "f32", arithmetic = "exact";
   int threads = 2;
   index_t prompt_len = 512, new_tokens = 128, cache_len = 2048;
   for (int i = 2; i < argc; ++i) {
@@ -70,6 +74,7 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (!std::strcmp(argv[i], "--precision")) precision = next();
+    else if (!std::strcmp(argv[i], "--arithmetic")) arithmetic = next();
     else if (!std::strcmp(argv[i], "--threads")) threads = std::stoi(next());
     else if (!std::strcmp(argv[i], "--prompt")) prompt_len = std::stol(next());
     else if (!std::strcmp(argv[i], "--new")) new_tokens = std::stol(next());
@@ -87,7 +92,8 @@ int main(int argc, char** argv) {
   autograd::NoGrad ng;
   const double triad = bench::triad_gbs();
 
-  const auto model = models::load_llama<float, cpu>(dir, models::parse_weight_precision(precision));
+  auto model = models::load_llama<float, cpu>(dir, models::parse_weight_precision(precision));
+  models::set_bf16_arithmetic(model, models::parse_bf16_arithmetic(arithmetic));
   const auto& c = model.config;
   // Weight bytes one decode step streams: every decoder Linear and the head at the resident precision.
   const double wbytes = precision == "bf16" ? 2.0 : 4.0;
@@ -128,8 +134,8 @@ int main(int argc, char** argv) {
   std::printf("weight_bytes: %.0f\n", safetensors_bytes(dir));
   std::printf("weight_bytes_per_token: %.0f\n", bytes_per_token);
   std::printf("triad_gbs: %.3f\n", triad / 1e9);
-  std::fprintf(stderr, "(%s, %ld layers, %d threads, prompt %ld, %ld new tokens, cache %ld, tokens checksum %lld)\n",
-               precision.c_str(), long(c.num_hidden_layers), threads, long(prompt_len), long(new_tokens),
+  std::fprintf(stderr, "(%s, arithmetic %s, %ld layers, %d threads, prompt %ld, %ld new tokens, cache %ld, tokens checksum %lld)\n",
+               precision.c_str(), arithmetic.c_str(), long(c.num_hidden_layers), threads, long(prompt_len), long(new_tokens),
                long(cache_len), (long long)checksum);
   return 0;
 }

@@ -13,7 +13,10 @@
 #                                                of 2048 positions                          (<= 1.15)
 # and llm_{ttmoe,llamacpp}_{f32,bf16}_{decode_tokens_per_s,prefill_s}, llm_transformers_bf16_prefill_s,
 # llm_ttmoe_bf16_{peak_rss_mb,weight_bytes,weight_bytes_per_token}, llm_triad_gbs behind them.
+# ttmoe bf16 runs with --arithmetic $LLM_BF16_ARITHMETIC (default bf16: activations rounded to BF16,
+# the numerics of llama.cpp's and transformers' BF16 runs; `exact` keeps them F32).
 #   [LLM_LAYERS=16] [LLM_MODELS=~/.cache/ttmoe/bench-llm] [LLM_BIN=prebuilt bench_llm_decode]
+#   [LLM_BF16_ARITHMETIC=bf16|exact]
 #     bench/llm/run_llm_bench.sh [BUILD_DIR] [ROUNDS]     (default build-llm-bench, 1 round)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,6 +32,7 @@ bin=$(bench_binary "${LLM_BIN:-}" "$here" "${1:-$root/build-llm-bench}" bench_ll
   { echo "run_llm_bench: llama-cpp-python is missing from $torch_py (scripts/install-deps.sh --bench)" >&2; exit 1; }
 "$torch_py" "$here/make_models.py" "$models" --layers "$layers"
 echo "# Llama-3.2-1B widths, $layers layers (1B: 16), random weights; prompt 512 ids, 128 greedy tokens, KV cache 2048"
+echo "# ttmoe bf16 arithmetic: ${LLM_BF16_ARITHMETIC:-bf16}"
 echo "# llama-cpp-python $("$torch_py" -c 'import llama_cpp; print(llama_cpp.__version__)'), torch $("$torch_py" -c 'import torch; print(torch.__version__)')"
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
@@ -38,7 +42,9 @@ for r in $(seq 1 "$rounds"); do
   l0=$(load)
   line="round $r (load $l0"
   for p in f32 bf16; do
-    c=$("$bin" "$models/hf-$p" --precision "$p" --threads 2 2>"$err") || fail "ttmoe $p"
+    arith=exact
+    [ "$p" = bf16 ] && arith=${LLM_BF16_ARITHMETIC:-bf16}
+    c=$("$bin" "$models/hf-$p" --precision "$p" --arithmetic "$arith" --threads 2 2>"$err") || fail "ttmoe $p"
     g=$("$torch_py" "$here/llm_peers.py" llamacpp "$models/llama-$p.gguf" 2>"$err") || fail "llama.cpp $p"
     ct=$(field decode_tokens_per_s <<<"$c"); cp=$(field prefill_s <<<"$c")
     gt=$(field decode_tokens_per_s <<<"$g"); gp=$(field prefill_s <<<"$g")

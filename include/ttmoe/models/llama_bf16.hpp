@@ -48,4 +48,25 @@ void keep_linear_weights_bf16(LlamaForCausalLM<T, D>& m) {
   }
 }
 
+/// Sets how every BF16-resident weight of `m` (decoder Linears, an untied head, the embedding table
+/// that a tied head multiplies by) treats its activations: io::Bf16Arithmetic::exact (the default a
+/// load gives) or bf16_activations (rounded to BF16 first: the AVX512-BF16 prefill kernel). F32
+/// weights are untouched.
+template <class T, class D>
+void set_bf16_arithmetic(LlamaForCausalLM<T, D>& m, io::Bf16Arithmetic arithmetic) {
+  for (auto& l : m.model.layers)
+    for (auto* lin : {&l.self_attn.q_proj, &l.self_attn.k_proj, &l.self_attn.v_proj, &l.self_attn.o_proj,
+                      &l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj})
+      lin->weight_bf16.arithmetic = arithmetic;
+  m.lm_head.weight_bf16.arithmetic = arithmetic;
+  m.model.embed_tokens.weight_bf16.arithmetic = arithmetic;
+}
+
+/// Parses "exact" / "bf16" (CLI flags, io::Bf16Arithmetic); anything else is a ValueError naming it.
+inline io::Bf16Arithmetic parse_bf16_arithmetic(const std::string& s) {
+  if (s == "exact") return io::Bf16Arithmetic::exact;
+  if (s == "bf16") return io::Bf16Arithmetic::bf16_activations;
+  throw ValueError("BF16 arithmetic '" + s + "' is not supported (exact, bf16)");
+}
+
 }  // namespace ttmoe::models
