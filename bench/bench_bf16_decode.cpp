@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
 
   // Alternating rounds; each round times a few repetitions of each and keeps the rate.
   const int rounds = bench::env_int("TTMOE_BENCH_REPS", 15);
-  std::vector<double> gemv_rate, triad_rate;
+  std::vector<double> gemv_rate, triad_rate, dot_gemv_rate;
   layer(), triad();  // warm-up: pool start, first touches
   for (int r = 0; r < rounds; ++r) {
     auto t0 = bench::Clock::now();
@@ -159,9 +159,19 @@ int main(int argc, char** argv) {
     t0 = bench::Clock::now();
     for (int k = 0; k < 4; ++k) triad();
     triad_rate.push_back(4 * triad_bytes / bench::seconds_since(t0));
+#if defined(TTMOE_BF16DOT_GEMM)
+    // The vdpbf16ps GEMV (x rounded to BF16) on the same weights, in the same rounds.
+    t0 = bench::Clock::now();
+    for (int k = 0; k < 8; ++k)
+      for (const auto& w : ws) cpu_backend::bf16dot::gemv(x.data(), w, nullptr, nullptr, y.data());
+    dot_gemv_rate.push_back(8 * weight_bytes / bench::seconds_since(t0));
+#endif
   }
   const double g = bench::median(gemv_rate), t = bench::median(triad_rate);
   std::printf("bf16_gemv_layer_mb: %.1f\nbf16_gemv_gbps: %.2f\ntriad_gbps: %.2f\nbf16_gemv_fraction_of_triad: %.3f\n",
               weight_bytes / 1e6, g / 1e9, t / 1e9, g / t);
+  if (!dot_gemv_rate.empty())
+    std::printf("bf16dot_gemv_gbps: %.2f\nbf16dot_gemv_over_dot_kernel: %.3f\n", bench::median(dot_gemv_rate) / 1e9,
+                bench::median(dot_gemv_rate) / g);
   return 0;
 }

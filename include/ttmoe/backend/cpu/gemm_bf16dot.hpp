@@ -28,6 +28,8 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "ttmoe/backend/cpu/gemm_packed.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
@@ -204,6 +206,43 @@ inline void linear(const float* x, index_t rows, const io::Bf16Matrix& w, const 
   };
   if (N % packed::AltTile::NR == 0 && N % packed::WideTile::NR != 0) run(packed::AltTile{});
   else run(packed::WideTile{});
+}
+
+/// Batch 1 (decode): y[o] = round_bf16(x) . w[o] (+ bias[o]) (+ residual[o]) for one activation row,
+/// `vdpbf16ps` on W's rows as they lie in memory (32 values per instruction, a masked load for the
+/// tail) against x rounded once; threads split the output rows, 4 weight rows per pass so 4 streams
+/// are in flight (the dot-product kernel's reason). Measured against that kernel in
+/// bench_bf16_decode (docs/design.md): at batch 1 both wait on memory.
+inline void gemv(const float* x, const io::Bf16Matrix& w, const float* bias, const float* residual, float* y) {
+  const index_t K = w.cols, steps = (K + 31) / 32;
+  std::vector<std::uint16_t> xb(std::size_t(steps) * 32, 0);
+  for (index_t k = 0; k < K; ++k) xb[std::size_t(k)] = io::float_to_bf16(x[k]);
+  const __mmask32 tail = K % 32 == 0 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (K % 32)) - 1u);
+  auto finish = [&](index_t o, __m512 acc) {
+    float v = _mm512_reduce_add_ps(acc);
+    if (bias) v += bias[o];
+    if (residual) v += residual[o];
+    y[o] = v;
+  };
+  parallel_for(w.rows, 16, [&](index_t o0, index_t o1) {
+    constexpr index_t R = 4;
+    index_t o = o0;
+    auto rows_pass = [&]<index_t NW>(std::integral_constant<index_t, NW>) {
+      __m512 acc[NW];
+      for (index_t j = 0; j < NW; ++j) acc[j] = _mm512_setzero_ps();
+      for (index_t s = 0; s < steps; ++s) {
+        const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb.data() + 32 * s));
+        const __mmask32 m = s + 1 == steps ? tail : __mmask32(0xFFFFFFFFu);
+#pragma GCC unroll 4
+        for (index_t j = 0; j < NW; ++j)
+          acc[j] = _mm512_dpbf16_ps(acc[j], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(m, w.bits + (o + j) * K + 32 * s)), xv);
+      }
+      for (index_t j = 0; j < NW; ++j) finish(o + j, acc[j]);
+      o += NW;
+    };
+    while (o + R <= o1) rows_pass(std::integral_constant<index_t, R>{});
+    while (o < o1) rows_pass(std::integral_constant<index_t, 1>{});
+  });
 }
 
 }  // namespace ttmoe::cpu_backend::bf16dot

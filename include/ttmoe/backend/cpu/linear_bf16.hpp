@@ -212,14 +212,19 @@ inline void linear_bf16_exact(const float* x, index_t rows, const io::Bf16Matrix
 }
 
 /// linear_bf16 with x rounded to BF16 first (io::Bf16Arithmetic::bf16_activations), whatever `w`
-/// asks for. On AVX512-BF16 builds prefill-sized inputs run the `vdpbf16ps` GEMM (gemm_bf16dot.hpp);
-/// otherwise (fewer rows, other CPUs) the rounded x goes through linear_bf16_exact: a BF16 x BF16
-/// product is exact in F32, so only the summation order differs from the `vdpbf16ps` result.
+/// asks for. On AVX512-BF16 builds prefill-sized inputs run the `vdpbf16ps` GEMM and one row (decode)
+/// the `vdpbf16ps` GEMV (gemm_bf16dot.hpp); otherwise (2 to kPackedGemmMinRows - 1 rows, other CPUs)
+/// the rounded x goes through linear_bf16_exact: a BF16 x BF16 product is exact in F32, so only the
+/// summation order differs from the `vdpbf16ps` result.
 inline void linear_bf16_rounded(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias,
                                 const float* residual, float* y) {
 #if defined(TTMOE_BF16DOT_GEMM)
   if (rows >= kPackedGemmMinRows && w.cols > 0) {
     bf16dot::linear(x, rows, w, bias, residual, y);
+    return;
+  }
+  if (rows == 1) {
+    bf16dot::gemv(x, w, bias, residual, y);
     return;
   }
 #endif
