@@ -265,19 +265,27 @@ TEST_CASE("AVX512-BF16 vdpbf16ps GEMM and GEMV: rounded x times BF16 W against a
 }
 
 TEST_CASE("bf16 activations: linear_bf16 rounds x to BF16 either side of the GEMM threshold", "[llm][bf16]") {
-  // Runs on every CPU: below kPackedGemmMinRows (and on CPUs without AVX512-BF16 at any row count)
-  // the rounded x goes through the exact kernels; from it, AVX512-BF16 builds run vdpbf16ps. Either
-  // way the result is the double reference on rounded x and W up to summation order.
+  // Runs on every CPU. AVX512-BF16 builds run the vdpbf16ps GEMV at 1 row and the GEMM from
+  // bf16dot::kMinRows; other row counts (and other CPUs at any row count) send the rounded x through
+  // the exact kernels. Either way the result is the double reference on rounded x and W up to
+  // summation order.
   const std::size_t threads_before = cpu_backend::num_threads();
   cpu_backend::set_num_threads(2);
   auto rounded = [](const float* x, index_t rows, io::Bf16Matrix w, const float* bias, const float* residual, float* y) {
     w.arithmetic = io::Bf16Arithmetic::bf16_activations;
     cpu_backend::linear_bf16(x, rows, w, bias, residual, y);
   };
-  for (index_t rows : {index_t(1), cpu_backend::kPackedGemmMinRows - 1, cpu_backend::kPackedGemmMinRows})
+#if defined(TTMOE_BF16DOT_GEMM)
+  const index_t gemm_rows = cpu_backend::bf16dot::kMinRows;
+#elif defined(TTMOE_PACKED_GEMM)
+  const index_t gemm_rows = cpu_backend::kPackedGemmMinRows;
+#else
+  const index_t gemm_rows = 80;  // no GEMM in this build: any row count
+#endif
+  for (index_t rows : {index_t(1), index_t(2), gemm_rows - 1, gemm_rows, index_t(100)})
     for (index_t in : {index_t(7), index_t(530)}) check_bf16_linear(rounded, rows, in, 67, true);
   // The option is honoured: exact and rounded differ, and exact is the default.
-  const index_t rows = cpu_backend::kPackedGemmMinRows, in = 530, out = 67;
+  const index_t rows = 100, in = 530, out = 67;
   const auto w = random_values(out * in, 51), x = random_values(rows * in, 52);
   io::Bf16Matrix W = io::Bf16Matrix::from_floats(w.data(), out, in);
   CHECK(W.arithmetic == io::Bf16Arithmetic::exact);
@@ -312,10 +320,12 @@ TEST_CASE("bf16-resident llama with bf16 activations: logits within the activati
     CHECK(b16.model.layers[1].mlp.down_proj.weight_bf16.arithmetic == io::Bf16Arithmetic::bf16_activations);
     CHECK(b16.model.layers[0].self_attn.q_proj.weight_bf16.arithmetic == io::Bf16Arithmetic::bf16_activations);
     CHECK(b16.model.embed_tokens.weight_bf16.arithmetic == io::Bf16Arithmetic::bf16_activations);
-    // 2 x 48 = 96 rows: from kPackedGemmMinRows, so AVX512-BF16 builds run the vdpbf16ps GEMM.
+    // 2 x 48 = 96 rows: past every GEMM threshold, so AVX512-BF16 builds run the vdpbf16ps GEMM.
     std::vector<std::int64_t> id_values(96);
     for (std::size_t i = 0; i < id_values.size(); ++i) id_values[i] = std::int64_t((i * 7 + 3) % 50);
-    REQUIRE(index_t(id_values.size()) >= cpu_backend::kPackedGemmMinRows);
+#if defined(TTMOE_BF16DOT_GEMM)
+    REQUIRE(index_t(id_values.size()) >= cpu_backend::bf16dot::kMinRows);
+#endif
     const auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(2, 48), id_values);
     const double err = test::normwise_rel_error(b16.forward(ids), f32.forward(ids));
     INFO("normwise relative error " << err);

@@ -37,6 +37,11 @@
 
 namespace ttmoe::cpu_backend::bf16dot {
 
+/// Activation rows from which linear_bf16's rounded path runs this GEMM rather than the dot-product
+/// kernel on rounded x (bench_bf16_decode --rows on an AVX-512 EPYC, Zen 4: even at 12 rows, 0.8 at
+/// 16; docs/design.md): packing W is a word transpose, cheaper than the F32 GEMM's widening.
+inline constexpr index_t kMinRows = 16;
+
 /// k-pairs per packed k-block: 768 values of k, so a 128-column block of packed W is 192 KiB (L2,
 /// as the F32 kernel's KC x 128 floats) and an A sliver (8 rows) 12 KiB (L1).
 inline constexpr index_t KCP = 384;

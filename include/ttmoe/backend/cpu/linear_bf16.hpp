@@ -178,8 +178,13 @@ inline void linear_bf16_dot(const float* x, index_t rows, const io::Bf16Matrix& 
 
 #if defined(TTMOE_PACKED_GEMM)
 /// Activation rows from which linear_bf16 runs the packed GEMM instead of the dot-product kernel
-/// (measured with bench_bf16_decode --rows; docs/design.md "BF16-resident LLM weights").
+/// (measured with bench_bf16_decode --rows; docs/design.md "BF16-resident LLM weights"): 80 on an
+/// AVX2 EPYC; on an AVX-512 EPYC (Zen 4) the GEMM's 24-accumulator tile wins from about 24 rows.
+#if defined(__AVX512F__)
+inline constexpr index_t kPackedGemmMinRows = 32;
+#else
 inline constexpr index_t kPackedGemmMinRows = 80;
+#endif
 
 /// The packed-GEMM kernel for linear_bf16 (any row count; the one that runs from kPackedGemmMinRows):
 /// the same result through packed::gemm with W's BF16 panels widened to F32 as they are packed (a
@@ -212,14 +217,14 @@ inline void linear_bf16_exact(const float* x, index_t rows, const io::Bf16Matrix
 }
 
 /// linear_bf16 with x rounded to BF16 first (io::Bf16Arithmetic::bf16_activations), whatever `w`
-/// asks for. On AVX512-BF16 builds prefill-sized inputs run the `vdpbf16ps` GEMM and one row (decode)
-/// the `vdpbf16ps` GEMV (gemm_bf16dot.hpp); otherwise (2 to kPackedGemmMinRows - 1 rows, other CPUs)
+/// asks for. On AVX512-BF16 builds from bf16dot::kMinRows rows run the `vdpbf16ps` GEMM and one row
+/// (decode) the `vdpbf16ps` GEMV (gemm_bf16dot.hpp); otherwise (fewer rows, other CPUs)
 /// the rounded x goes through linear_bf16_exact: a BF16 x BF16 product is exact in F32, so only the
 /// summation order differs from the `vdpbf16ps` result.
 inline void linear_bf16_rounded(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias,
                                 const float* residual, float* y) {
 #if defined(TTMOE_BF16DOT_GEMM)
-  if (rows >= kPackedGemmMinRows && w.cols > 0) {
+  if (rows >= bf16dot::kMinRows && w.cols > 0) {
     bf16dot::linear(x, rows, w, bias, residual, y);
     return;
   }
