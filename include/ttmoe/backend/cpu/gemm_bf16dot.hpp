@@ -233,16 +233,22 @@ inline void gemv(const float* x, const io::Bf16Matrix& w, const float* bias, con
     constexpr index_t R = 4;
     index_t o = o0;
     auto rows_pass = [&]<index_t NW>(std::integral_constant<index_t, NW>) {
-      __m512 acc[NW];
-      for (index_t j = 0; j < NW; ++j) acc[j] = _mm512_setzero_ps();
-      for (index_t s = 0; s < steps; ++s) {
+      // Two accumulators per row (even and odd steps): independent chains hide vdpbf16ps' latency.
+      __m512 acc[NW][2];
+      for (index_t j = 0; j < NW; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+      auto step = [&](index_t s, int slot, __mmask32 m) {
         const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb.data() + 32 * s));
-        const __mmask32 m = s + 1 == steps ? tail : __mmask32(0xFFFFFFFFu);
 #pragma GCC unroll 4
         for (index_t j = 0; j < NW; ++j)
-          acc[j] = _mm512_dpbf16_ps(acc[j], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(m, w.bits + (o + j) * K + 32 * s)), xv);
-      }
-      for (index_t j = 0; j < NW; ++j) finish(o + j, acc[j]);
+          acc[j][slot] = _mm512_dpbf16_ps(
+              acc[j][slot], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(m, w.bits + (o + j) * K + 32 * s)), xv);
+      };
+      const __mmask32 all = __mmask32(0xFFFFFFFFu);
+      index_t s = 0;
+      for (; s + 2 < steps; s += 2) step(s, 0, all), step(s + 1, 1, all);
+      for (; s + 1 < steps; ++s) step(s, 0, all);
+      step(s, 1, tail);  // the last step: masked, so no read passes the row
+      for (index_t j = 0; j < NW; ++j) finish(o + j, _mm512_add_ps(acc[j][0], acc[j][1]));
       o += NW;
     };
     while (o + R <= o1) rows_pass(std::integral_constant<index_t, R>{});

@@ -228,7 +228,7 @@ inline void linear_bf16_rounded(const float* x, index_t rows, const io::Bf16Matr
     bf16dot::linear(x, rows, w, bias, residual, y);
     return;
   }
-  if (rows == 1) {
+  if (rows == 1 && w.cols > 0) {
     bf16dot::gemv(x, w, bias, residual, y);
     return;
   }
