@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -59,27 +60,39 @@ void check_bf16_linear(Kernel kernel, index_t rows, index_t in, index_t out, boo
   const auto bias = random_values(out, 7), res = random_values(rows * out, 8);
   const io::Bf16Matrix W = io::Bf16Matrix::from_floats(w.data(), out, in);
   const auto wq = W.to_floats();
-  // Rounding is to nearest: within half a BF16 ulp (2^-8 relative, 8 significant bits).
-  for (std::size_t i = 0; i < w.size(); ++i) CHECK(std::abs(wq[i] - w[i]) <= std::abs(w[i]) * 0x1p-8f);
+  // Rounding is to nearest: within half a BF16 ulp (2^-8 relative, 8 significant bits). Checked
+  // element by element, reported once (one assertion per element made these cases slow).
+  std::size_t bad_w = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) bad_w += std::abs(wq[i] - w[i]) > std::abs(w[i]) * 0x1p-8f;
+  CHECK(bad_w == 0);
+  std::vector<float> xq(x);
+  if (round_x)
+    for (auto& v : xq) v = io::bf16_to_float(io::float_to_bf16(v));
   std::vector<float> y(rows * out);
   kernel(x.data(), rows, W, bias.data(), res.data(), y.data());
   // Without bias and residual too (the GEMM's store then adds nothing).
   std::vector<float> plain(rows * out);
   kernel(x.data(), rows, W, nullptr, nullptr, plain.data());
+  // The worst excess over the bound, with where it is (a failure names the first worst output).
+  double worst = -1;
+  index_t worst_r = 0, worst_o = 0;
   for (index_t r = 0; r < rows; ++r)
     for (index_t o = 0; o < out; ++o) {
       double s = 0, mag = 0;
       for (index_t k = 0; k < in; ++k) {
-        const float xv = round_x ? io::bf16_to_float(io::float_to_bf16(x[r * in + k])) : x[r * in + k];
-        s += double(xv) * wq[o * in + k];
-        mag += std::abs(double(xv) * wq[o * in + k]);
+        const double p = double(xq[r * in + k]) * wq[o * in + k];
+        s += p;
+        mag += std::abs(p);
       }
       const double full = s + bias[o] + res[r * out + o];
       const double full_mag = mag + std::abs(bias[o]) + std::abs(res[r * out + o]);
-      INFO("in " << in << " rows " << rows << " out " << out << " r " << r << " o " << o);
-      CHECK(std::abs(y[r * out + o] - full) <= 1e-6 * full_mag + 1e-7);
-      CHECK(std::abs(plain[r * out + o] - s) <= 1e-6 * mag + 1e-7);
+      const double e_full = std::abs(y[r * out + o] - full) - (1e-6 * full_mag + 1e-7);
+      const double e_plain = std::abs(plain[r * out + o] - s) - (1e-6 * mag + 1e-7);
+      const double excess = std::isnan(e_full) || std::isnan(e_plain) ? HUGE_VAL : std::max(e_full, e_plain);
+      if (excess > worst) worst = excess, worst_r = r, worst_o = o;
     }
+  INFO("in " << in << " rows " << rows << " out " << out << " worst at r " << worst_r << " o " << worst_o);
+  CHECK(worst <= 0);
 }
 
 TEST_CASE("bf16 linear kernel: rows, odd widths, bias and residual against a double reference", "[llm][bf16]") {
@@ -222,14 +235,12 @@ TEST_CASE("AVX512-BF16 vdpbf16ps GEMM and GEMV: rounded x times BF16 W against a
   // pairs with a remainder and past one k-block (768 values) odd; rows below, at and off the tile's
   // MR; outputs below a vector (1, 15), one vector, a sliver, 64 (the 6 x 64 tile), and ragged
   // units. The kernel is called directly, so small row counts run it too.
-  for (std::size_t nt : {std::size_t(1), std::size_t(2)})
-    for (index_t in : {index_t(1), index_t(2), index_t(3), index_t(33), index_t(1601)})
-      for (index_t rows : {index_t(1), mr - 1, 2 * mr + 3})
-        for (index_t out : {index_t(1), index_t(15), index_t(16), nr, index_t(64), 2 * cpu_backend::packed::kColumnUnit + 5}) {
-          cpu_backend::set_num_threads(nt);
-          INFO("threads " << nt);
-          check_bf16_linear(cpu_backend::bf16dot::linear, rows, in, out, true);
-        }
+  // Two threads (one thread computes the same sums in the same order: checked bit for bit below).
+  cpu_backend::set_num_threads(2);
+  for (index_t in : {index_t(1), index_t(2), index_t(3), index_t(33), index_t(1601)})
+    for (index_t rows : {index_t(1), mr - 1, 2 * mr + 3})
+      for (index_t out : {index_t(1), index_t(15), index_t(16), nr, index_t(64), 2 * cpu_backend::packed::kColumnUnit + 5})
+        check_bf16_linear(cpu_backend::bf16dot::linear, rows, in, out, true);
   // The batch-1 GEMV: depths below, at and past one 32-value step (a masked tail), output counts
   // around its 4-row passes.
   auto gemv = [](const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
@@ -243,13 +254,14 @@ TEST_CASE("AVX512-BF16 vdpbf16ps GEMM and GEMV: rounded x times BF16 W against a
         cpu_backend::set_num_threads(nt);
         check_bf16_linear(gemv, 1, in, out, true);
       }
-  // Threads split the columns and each output is summed in the same order, so 1 and 2 threads give
-  // identical results; 260 rows at depth 32800 pass kColumnSplitMaxA words of packed x and go in
-  // two row blocks (bias and residual move with them).
-  const index_t deep = 32800, rows = 260, out = 64;
+  // 90 rows at depth 100000 pass kColumnSplitMaxA words of packed x (50000 pairs: 80 rows per
+  // block) and go in two row blocks (bias and residual move with them).
+  const index_t deep = 100000, rows = 90, out = 5;
   REQUIRE(rows * ((deep + 1) / 2) > cpu_backend::packed::kColumnSplitMaxA);
   cpu_backend::set_num_threads(2);
   check_bf16_linear(cpu_backend::bf16dot::linear, rows, deep, out, true);
+  // Threads split the columns and each output is summed in the same order, so 1 and 2 threads give
+  // identical results.
   const auto w = random_values(300 * 770, 41), x = random_values(97 * 770, 42), res = random_values(97 * 300, 43);
   const auto bias = random_values(300, 44);
   const io::Bf16Matrix W = io::Bf16Matrix::from_floats(w.data(), 300, 770);
