@@ -42,9 +42,10 @@ for r in $(seq 1 "$rounds"); do
   l0=$(load)
   line="round $r (load $l0"
   for p in f32 bf16; do
-    arith=exact
-    [ "$p" = bf16 ] && arith=${LLM_BF16_ARITHMETIC:-bf16}
-    c=$("$bin" "$models/hf-$p" --precision "$p" --arithmetic "$arith" --threads 2 2>"$err") || fail "ttmoe $p"
+    # Only a non-default arithmetic is passed, so LLM_BF16_ARITHMETIC=exact also runs an older LLM_BIN.
+    arith=()
+    if [ "$p" = bf16 ] && [ "${LLM_BF16_ARITHMETIC:-bf16}" != exact ]; then arith=(--arithmetic "${LLM_BF16_ARITHMETIC:-bf16}"); fi
+    c=$("$bin" "$models/hf-$p" --precision "$p" "${arith[@]}" --threads 2 2>"$err") || fail "ttmoe $p"
     g=$("$torch_py" "$here/llm_peers.py" llamacpp "$models/llama-$p.gguf" 2>"$err") || fail "llama.cpp $p"
     ct=$(field decode_tokens_per_s <<<"$c"); cp=$(field prefill_s <<<"$c")
     gt=$(field decode_tokens_per_s <<<"$g"); gp=$(field prefill_s <<<"$g")
