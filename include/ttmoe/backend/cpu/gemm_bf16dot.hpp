@@ -1,8 +1,9 @@
 #pragma once
 // y = x W^T (+ bias) (+ residual) for a BF16-resident weight W [N, K] on AVX512-BF16 (`vdpbf16ps`,
 // issue #14): the prefill kernel of linear_bf16 when the weight asks for BF16 activations
-// (io::Bf16Arithmetic::bf16_activations). Compiled only where __AVX512BF16__ is defined
-// (-march=native on Zen 4, Sapphire Rapids and later); other builds never see it.
+// (io::Bf16Arithmetic::bf16_activations), and its batch-1 GEMV (gemv, at the end). Compiled only where
+// __AVX512BF16__ is defined (-march=native on Zen 4, Cooper Lake, Sapphire Rapids and later); other
+// builds never see it.
 //
 // `vdpbf16ps acc, a, b` adds a[2i] b[2i] + a[2i+1] b[2i+1] to F32 lane i: one instruction does 32
 // multiply-adds where an F32 FMA does 16, and its operands are half the bytes. Both operands are
@@ -38,7 +39,7 @@
 namespace ttmoe::cpu_backend::bf16dot {
 
 /// Activation rows from which linear_bf16's rounded path runs this GEMM rather than the dot-product
-/// kernel on rounded x (bench_bf16_decode --rows on an AVX-512 EPYC, Zen 4: even at 12 rows, 0.8 at
+/// kernel on rounded x (bench_bf16_decode --rows on an AVX-512 EPYC: even at 12 rows, 0.8-0.9 at
 /// 16; docs/design.md): packing W is a word transpose, cheaper than the F32 GEMM's widening.
 inline constexpr index_t kMinRows = 16;
 

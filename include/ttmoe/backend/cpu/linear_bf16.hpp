@@ -179,7 +179,7 @@ inline void linear_bf16_dot(const float* x, index_t rows, const io::Bf16Matrix& 
 #if defined(TTMOE_PACKED_GEMM)
 /// Activation rows from which linear_bf16 runs the packed GEMM instead of the dot-product kernel
 /// (measured with bench_bf16_decode --rows; docs/design.md "BF16-resident LLM weights"): 80 on an
-/// AVX2 EPYC; on an AVX-512 EPYC (Zen 4) the GEMM's 24-accumulator tile wins from about 24 rows.
+/// AVX2 EPYC; on an AVX-512 EPYC the GEMM's 24-accumulator tile wins from about 24 rows.
 #if defined(__AVX512F__)
 inline constexpr index_t kPackedGemmMinRows = 32;
 #else
