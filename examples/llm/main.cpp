@@ -95,6 +95,9 @@ std::pair<std::string, bool> resolve(const ModelChoice& c) {
 }
 
 std::unique_ptr<Loaded> load(const ModelChoice& choice, const LoraArgs& lora) {
+  // F32 weights multiply F32 activations whatever this says; asking for rounding there is a mistake.
+  if (choice.arithmetic != "exact" && choice.weights != "bf16")
+    throw ValueError("--bf16-arithmetic " + choice.arithmetic + " applies to BF16 weights: add --weights bf16");
   const auto [dir, is_default] = resolve(choice);
   auto l = std::make_unique<Loaded>();
   try {

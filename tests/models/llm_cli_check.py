@@ -162,6 +162,12 @@ def main():
     expect(rc == 1 and err.startswith("llm: error:") and "no_such_model" in err, f"missing adapter: rc {rc}, {err.strip()!r}")
     rc, out, err = run(args.exe, "generate", "--model", model_dir, "--prompt", TEXT)
     expect(rc == 1 and "context" in err, f"prompt over the context: rc {rc}, {err.strip()!r}")
+    rc, out, err = run(args.exe, "generate", "--model", model_dir, "--prompt", "x", "--bf16-arithmetic", "bf16")
+    expect(rc == 1 and "--weights bf16" in err, f"--bf16-arithmetic bf16 with F32 weights: rc {rc}, {err.strip()!r}")
+    # BF16 weights with rounded activations run (their text may differ from F32's: no exact reference).
+    rc, out, err = run(args.exe, "generate", "--model", model_dir, "--prompt", PROMPT, "--weights", "bf16",
+                       "--bf16-arithmetic", "bf16", "--max-new-tokens", str(NEW_TOKENS))
+    expect(rc == 0 and out.strip() != "", f"generate --weights bf16 --bf16-arithmetic bf16: rc {rc}, {err.strip()!r}")
     # llm train: a small model and its BPE from scratch on a Debian text (the GPL's first 24 kB).
     corpus = os.path.join(args.out, "corpus.txt")
     with open("/usr/share/common-licenses/GPL-3", encoding="utf-8") as f:
