@@ -4,6 +4,7 @@
 #include "core_test_util.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <numeric>
 
@@ -405,6 +406,45 @@ TEST_CASE("float GEMM on the packed kernel: every transpose, ragged tiles, K ove
     if (t == 0) cpu_backend::GemmKernels::gemm(false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, c.data(), N);
   });
   CHECK_CLOSE(c, mm_ref(false, false, M, N, K, a.data(), b.data()), mm_tol<float>(K), mm_tol<float>(K));
+}
+
+TEST_CASE("thread pool: run_on_available does every item once and never calls a job after it returns",
+          "[core][threads]") {
+  // Jobs that take items from a shared counter, run back to back so that the worker is sometimes
+  // still asleep (released) and sometimes joins: every item must be done exactly once, a worker
+  // released from a job must never call it afterwards (the job lives on the caller's stack), and an
+  // exception from a job still reaches the caller.
+  ThreadCountGuard guard;
+  cpu_backend::set_num_threads(2);
+  auto& pool = cpu_backend::ThreadPool::instance();
+  static std::atomic<int> open{0}, calls_after_return{0};
+  std::size_t joined = 0;
+  for (int job = 0; job < 3000; ++job) {
+    const index_t n = 1 + job % 7;
+    std::vector<std::atomic<int>> done(static_cast<std::size_t>(n));
+    std::atomic<index_t> next{0};
+    std::atomic<int> participants{0};
+    open.store(1);
+    pool.run_on_available([&](std::size_t, std::size_t) {
+      if (open.load() == 0) calls_after_return.fetch_add(1);
+      participants.fetch_add(1);
+      for (index_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) done[std::size_t(i)].fetch_add(1);
+    });
+    open.store(0);
+    bool once = true;
+    for (const auto& d : done) once = once && d.load() == 1;
+    REQUIRE(once);
+    joined += participants.load() == 2;
+  }
+  INFO("jobs the worker joined: " << joined << " of 3000");
+  CHECK(calls_after_return.load() == 0);
+  CHECK_THROWS_AS(pool.run_on_available([](std::size_t t, std::size_t) {
+    if (t == 0) throw ValueError("from the caller's share");
+  }), ValueError);
+  // The pool still runs a full job afterwards (every thread index once).
+  std::vector<int> seen(2);
+  pool.run_on_all([&](std::size_t t, std::size_t) { seen[t] += 1; });
+  CHECK(seen == std::vector<int>{1, 1});
 }
 
 namespace {

@@ -132,37 +132,100 @@ GRADCHECK_CASE("linear_low_rank_update") {
                [=](const Inputs& in) -> Output { return layer(in)(in.get<3>(0), in.get<3>(5)); });
 }
 
+GRADCHECK_CASE("linear_group_shared_low_rank") {
+  // nn::linear_group: layers on one x whose low-rank updates share x [A_1; ...; A_n]^T (one concat,
+  // one linear, a narrow per layer). The ranks differ, so a wrong offset into the stacked product
+  // shows; the output is the layers' outputs side by side. Gradients reach x, every weight and bias
+  // and every factor. Inputs: x, then per layer W [out, in], b [out], A [r, in], B [out, r].
+  auto shapes = [](std::size_t layers) {
+    return [layers](Rng& r) {
+      const index_t in = r.ext(1, 5);
+      Shapes s{{r.ext(1, 2), r.ext(1, 3), in}};
+      for (std::size_t i = 0; i < layers; ++i) {
+        const index_t out = r.ext(1, 4), rank = index_t(i) + 1;
+        s.push_back({out, in});
+        s.push_back({out});
+        s.push_back({rank, in});
+        s.push_back({out, rank});
+      }
+      return s;
+    };
+  };
+  auto layer = [](const Inputs& in, std::size_t i) {
+    nn::Linear<double> l;
+    l.weight = in.get<2>(1 + 4 * i);
+    l.bias = in.get<1>(2 + 4 * i);
+    l.delta_A = in.get<2>(3 + 4 * i);
+    l.delta_B = in.get<2>(4 + 4 * i);
+    return l;
+  };
+  return Case()
+      .variant("q | k | v: three layers, ranks 1, 2, 3", shapes(3),
+               [=](const Inputs& in) -> Output {
+                 const auto q = layer(in, 0), k = layer(in, 1), v = layer(in, 2);
+                 auto [yq, yk, yv] = nn::linear_group(in.get<3>(0), std::array<const nn::Linear<double>*, 3>{&q, &k, &v});
+                 return concat<-1>(std::vector<Tensor<double, DynShape<3>>>{yq, yk, yv});
+               })
+      .variant("gate | up: two layers, ranks 1, 2", shapes(2), [=](const Inputs& in) -> Output {
+        const auto g = layer(in, 0), u = layer(in, 1);
+        auto [yg, yu] = nn::linear_group(in.get<3>(0), std::array<const nn::Linear<double>*, 2>{&g, &u});
+        return concat<-1>(std::vector<Tensor<double, DynShape<3>>>{yg, yu});
+      });
+}
+
 GRADCHECK_CASE("lora_causal_lm_loss") {
   // The masked, shifted cross-entropy of a 1-layer causal LM (base frozen) as a function of LoRA
-  // factors on q_proj and down_proj, bound as train_lora binds them (delta_A = A, delta_B = s B).
-  // Inputs: A_q [r, 8], B_q [8, r], A_down [r, 12], B_down [8, r].
-  auto shapes = [](Rng& r) {
-    const index_t rank = r.ext(1, 3);
-    return Shapes{{rank, 8}, {8, rank}, {rank, 12}, {8, rank}};
+  // factors, bound as train_lora binds them (delta_A = A, delta_B = s B). Inputs: A [r, in] and
+  // B [out, r] of each adapted module in `modules` order (hidden 8, q 8 wide, k / v 4, MLP 12).
+  struct Module {
+    const char* name;
+    index_t in, out;
+    double scaling;
   };
-  return Case().variant("rank 1..3, prompt and padding masked", shapes, [](const Inputs& in) -> Output {
-    models::LlamaConfig c;
-    c.vocab_size = 13;
-    c.hidden_size = 8;
-    c.intermediate_size = 12;
-    c.num_hidden_layers = 1;
-    c.num_attention_heads = 2;
-    c.num_key_value_heads = 1;
-    c.head_dim = 4;
-    c.max_position_embeddings = 16;
-    models::LlamaForCausalLM<double> m(c, 5);
-    models::PeftAdapter<double> a;
-    auto& q = a.modules["model.layers.0.self_attn.q_proj"];
-    q.lora_A.weight = in.get<2>(0);
-    q.lora_B.weight = in.get<2>(1);
-    q.scaling = 1.5;
-    auto& d = a.modules["model.layers.0.mlp.down_proj"];
-    d.lora_A.weight = in.get<2>(2);
-    d.lora_B.weight = in.get<2>(3);
-    d.scaling = 0.5;
-    training::LoraTrainingAttachment<double, cpu> attach(m, a);
-    attach.bind();
-    const auto batch = models::CausalLMBatch<>::from_rows({{1, 7, 3, 12, 5}, {4, 9, 2}}, {2, 1}, 0);
-    return models::causal_lm_loss(m, batch);
-  });
+  auto shapes = [](std::vector<Module> modules, bool rank_per_module) {
+    return [=](Rng& r) {
+      Shapes s;
+      const index_t rank = r.ext(1, 3);
+      for (const auto& m : modules) {
+        const index_t rk = rank_per_module ? r.ext(1, 3) : rank;
+        s.push_back({rk, m.in});
+        s.push_back({m.out, rk});
+      }
+      return s;
+    };
+  };
+  auto loss = [](std::vector<Module> modules) {
+    return [=](const Inputs& in) -> Output {
+      models::LlamaConfig c;
+      c.vocab_size = 13;
+      c.hidden_size = 8;
+      c.intermediate_size = 12;
+      c.num_hidden_layers = 1;
+      c.num_attention_heads = 2;
+      c.num_key_value_heads = 1;
+      c.head_dim = 4;
+      c.max_position_embeddings = 16;
+      models::LlamaForCausalLM<double> m(c, 5);
+      models::PeftAdapter<double> a;
+      for (std::size_t i = 0; i < modules.size(); ++i) {
+        auto& f = a.modules[std::string("model.layers.0.") + modules[i].name];
+        f.lora_A.weight = in.get<2>(2 * i);
+        f.lora_B.weight = in.get<2>(2 * i + 1);
+        f.scaling = modules[i].scaling;
+      }
+      training::LoraTrainingAttachment<double, cpu> attach(m, a);
+      attach.bind();
+      const auto batch = models::CausalLMBatch<>::from_rows({{1, 7, 3, 12, 5}, {4, 9, 2}}, {2, 1}, 0);
+      return models::causal_lm_loss(m, batch);
+    };
+  };
+  const std::vector<Module> two{{"self_attn.q_proj", 8, 8, 1.5}, {"mlp.down_proj", 12, 8, 0.5}};
+  // All seven: q | k | v and gate | up share their low-rank product with the input (nn/linear_group.hpp).
+  const std::vector<Module> seven{{"self_attn.q_proj", 8, 8, 1.5}, {"self_attn.k_proj", 8, 4, 0.75},
+                                  {"self_attn.v_proj", 8, 4, 2.0}, {"self_attn.o_proj", 8, 8, 1.0},
+                                  {"mlp.gate_proj", 8, 12, 0.5},   {"mlp.up_proj", 8, 12, 1.25},
+                                  {"mlp.down_proj", 12, 8, 0.5}};
+  return Case()
+      .variant("q and down, rank 1..3, prompt and padding masked", shapes(two, false), loss(two))
+      .variant("all seven projections, a rank 1..3 per module (shared-input groups)", shapes(seven, true), loss(seven));
 }

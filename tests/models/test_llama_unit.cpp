@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 
 #include "parity.hpp"
 #include "ttmoe/models/llm.hpp"
+#include "ttmoe/nn/linear_group.hpp"
 #include "ttmoe/nn/loss.hpp"
 #include "ttmoe/training/llama_lora.hpp"
 
@@ -454,6 +457,62 @@ TEST_CASE("lora adapters: unmerged = merged = the explicit weight sum, removal r
     }
     CHECK(host(m.forward(ids)) == base);
   }
+}
+
+TEST_CASE("linear_group: one shared low-rank product equals each layer's own forward; fallbacks", "[llm][lora]") {
+  // Three layers on one x [2, 5, 24] with updates of ranks 3, 1 and 4 (a wrong offset into the
+  // stacked product would mix them), one without a bias; then the cases that run each layer alone.
+  auto rand = [](index_t r, index_t c, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> n(0.f, 1.f);
+    std::vector<float> v(std::size_t(r * c));
+    for (auto& x : v) x = n(rng);
+    return Tensor<float, DynShape<2>>::from_host(DynShape<2>(r, c), v);
+  };
+  const index_t in = 24;
+  std::array<nn::Linear<float>, 3> l{nn::Linear<float>(in, 16, true, 1), nn::Linear<float>(in, 8, false, 2),
+                                     nn::Linear<float>(in, 12, true, 3)};
+  const index_t ranks[3] = {3, 1, 4};
+  for (std::size_t i = 0; i < 3; ++i) {
+    l[i].delta_A = rand(ranks[i], in, 10 + i);
+    l[i].delta_B = rand(l[i].out_features(), ranks[i], 20 + i);
+  }
+  const auto x3 = rand(10, in, 30).reshape(DynShape<3>(2, 5, in));
+  const std::array<const nn::Linear<float>*, 3> ptrs{&l[0], &l[1], &l[2]};
+  auto check_each = [&](const std::array<Tensor<float, DynShape<3>>, 3>& got, double tol) {
+    for (std::size_t i = 0; i < 3; ++i) {
+      const auto want = l[i](x3);
+      REQUIRE(got[i].extents() == want.extents());
+      const double err = test::normwise_rel_error(got[i], want);
+      INFO("layer " << i << ": normwise relative error " << err);
+      CHECK(err <= tol);
+    }
+  };
+  check_each(nn::linear_group(x3, ptrs), 1e-6);
+  {  // Recorded, the shared path is one concat of the A factors, one product and a narrow per layer.
+    l[0].delta_A.set_requires_grad();
+    autograd::Tape tape;
+    const auto ys = nn::linear_group(x3, ptrs);
+    const auto names = tape.node_names();
+    CHECK(std::count(names.begin(), names.end(), "concat") == 1);
+    CHECK(std::count(names.begin(), names.end(), "narrow") == 3);
+    l[0].delta_A.set_requires_grad(false);
+  }
+  // The update matters (the comparison above is not of base outputs alone).
+  CHECK(test::normwise_rel_error(nn::linear_group(x3, ptrs)[2], linear(x3, l[2].weight, l[2].bias)) > 0.05);
+  // A layer without an update: every layer runs its own forward (the same bits).
+  const auto saved_A = l[1].delta_A, saved_B = l[1].delta_B;
+  l[1].delta_A = Tensor<float, DynShape<2>>();
+  l[1].delta_B = Tensor<float, DynShape<2>>();
+  check_each(nn::linear_group(x3, ptrs), 0.0);
+  // A factor that does not fit x: the layer's own forward reports it (linear's ShapeError).
+  l[1].delta_A = rand(1, in + 1, 40);
+  l[1].delta_B = saved_B;
+  CHECK_THROWS_AS(nn::linear_group(x3, ptrs), ShapeError);
+  // B of the wrong rank is caught by the shared path's own linear as well.
+  l[1].delta_A = saved_A;
+  l[1].delta_B = rand(l[1].out_features(), 2, 41);
+  CHECK_THROWS_AS(nn::linear_group(x3, ptrs), ShapeError);
 }
 
 TEST_CASE("peft adapter files: save and load round trip, errors name the file, key and shapes", "[llm][peft][io]") {

@@ -42,7 +42,7 @@ struct LlamaDecoderLayer {
   Tensor<T, DynShape<3>, D> block(const Tensor<T, DynShape<3>, D>& x, Attn&& attn) const {
     Tensor<T, DynShape<3>, D> h = x + attn(input_layernorm(x));
     Tensor<T, DynShape<3>, D> n = post_attention_layernorm(h);
-    Tensor<T, DynShape<3>, D> g = silu(mlp.gate_proj(n)) * mlp.up_proj(n);
+    Tensor<T, DynShape<3>, D> g = mlp.gated(n);
     return mlp.down_proj(g, h);  // the residual is added as the GEMM stores
   }
 

@@ -6,12 +6,15 @@
 // (ops/causal_attention.hpp: on the CPU it reads shared kv heads in place and recomputes the
 // probabilities in the backward). forward_cached is the inference path over a KV cache.
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ttmoe/nn/kv_cache.hpp"
 #include "ttmoe/nn/linear.hpp"
+#include "ttmoe/nn/linear_group.hpp"
 #include "ttmoe/nn/rope.hpp"
 #include "ttmoe/ops/causal_attention.hpp"
 #include "ttmoe/ops/indexing.hpp"
@@ -98,7 +101,9 @@ struct LlamaAttention {
   template <class S, class SI>
   QKV project(const Tensor<T, S, D>& x, const IndexTensor<SI, D>& positions) const {
     auto [c, s] = inv_freq.empty() ? rope_cos_sin<T>(positions, head_dim, rope_theta) : rope_cos_sin<T>(positions, inv_freq);
-    return {apply_rope(heads(q_proj(x), num_heads), c, s), apply_rope(heads(k_proj(x), num_kv_heads), c, s), v_proj(x)};
+    // One low-rank product with x for the three projections' adapters (nn/linear_group.hpp).
+    auto [q, k, v] = linear_group(x, std::array<const Linear<T, D>*, 3>{&q_proj, &k_proj, &v_proj});
+    return {apply_rope(heads(q, num_heads), c, s), apply_rope(heads(k, num_kv_heads), c, s), std::move(v)};
   }
 };
 

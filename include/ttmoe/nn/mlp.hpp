@@ -1,9 +1,11 @@
 #pragma once
 // Feed-forward blocks: Llama's SwiGLU MLP and timm's ViT Mlp (fc1 -> GELU -> fc2).
 
+#include <array>
 #include <cstdint>
 
 #include "ttmoe/nn/linear.hpp"
+#include "ttmoe/nn/linear_group.hpp"
 #include "ttmoe/ops/mlp.hpp"
 
 namespace ttmoe::nn {
@@ -40,8 +42,14 @@ struct SwiGLUMLP : Callable<SwiGLUMLP<T, D>> {
 
   template <class S>
   auto forward(const Tensor<T, S, D>& x) const {
-    Tensor<T, DynShape<S::rank>, D> h = silu(gate_proj(x)) * up_proj(x);
-    return down_proj(h);
+    return down_proj(gated(x));
+  }
+  /// silu(gate_proj(x)) * up_proj(x), the two projections' adapters sharing one low-rank product
+  /// with x (nn/linear_group.hpp).
+  template <class S>
+  Tensor<T, DynShape<S::rank>, D> gated(const Tensor<T, S, D>& x) const {
+    auto [g, u] = linear_group(x, std::array<const Linear<T, D>*, 2>{&gate_proj, &up_proj});
+    return silu(g) * u;
   }
 
   template <class V>

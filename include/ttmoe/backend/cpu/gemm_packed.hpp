@@ -451,6 +451,25 @@ class PackScratch {
   bool pooled_ = false;
 };
 
+/// The packing phase of a parallel GEMM: threads take packing units from a shared counter and meet
+/// when every unit is packed, not when every thread has arrived, so a thread that starts late (or
+/// never: ThreadPool::run_on_available) finds the panel ready instead of holding the others at a
+/// barrier; the units are the same whoever packs them.
+class PackCounter {
+ public:
+  /// The next unit to pack (>= the unit count when none is left).
+  index_t claim() { return next_.fetch_add(1, std::memory_order_relaxed); }
+  /// Marks one claimed unit packed.
+  void done() { done_.fetch_add(1, std::memory_order_acq_rel); }
+  /// Waits until `units` units are packed.
+  void wait_all(index_t units) const {
+    while (done_.load(std::memory_order_acquire) < units) __builtin_ia32_pause();
+  }
+
+ private:
+  std::atomic<index_t> next_{0}, done_{0};
+};
+
 /// True when this kernel should take the problem: enough rows for every pool thread to own several
 /// slivers (the split is over M), and enough work to amortise packing.
 inline bool suits(index_t M, index_t N, index_t K) {
@@ -464,10 +483,11 @@ inline bool suits(index_t M, index_t N, index_t K) {
 /// micro-tile shape Tl, finished by the epilogue `ep` (bias, residual, activation Act; see
 /// GemmEpilogue) in the same single pass over C.
 ///
-/// The threads first pack all of op(B) together (every k-block), meet at one barrier, then take
+/// The threads first pack all of op(B) together (every k-block, units from a PackCounter), then take
 /// chunks of rows of C from a shared counter and run each chunk through every k-block. Taking chunks
 /// rather than a fixed half each matters on shared machines: a static split with a barrier per
 /// k-block measured ~9% of a MoETTA step's thread time spent waiting for the other thread's share.
+/// For the same reason the pool runs the job with run_on_available: all work comes from counters.
 template <class Tl, class Act, class BE>
 inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float alpha, const float* A, index_t lda,
                        const BE* B, index_t ldb, float beta, float* C, index_t ldc, const ttmoe::GemmEpilogue<float>& ep) {
@@ -490,19 +510,17 @@ inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float 
   const PackScratch b_scratch(b_len, 0), a_scratch(a_len * index_t(threads), 1);
   float* bp = b_scratch.get();
   float* ap = a_scratch.get();
-  std::atomic<std::size_t> packed{0};
+  const index_t pack_units = k_blocks * slivers;  // (k-block, sliver) pairs, taken from a counter
+  PackCounter packing;
   std::atomic<index_t> next_chunk{0};
-  auto job = [&](std::size_t t, std::size_t n) {
-    const index_t pack_units = k_blocks * slivers;  // (k-block, sliver) pairs, split evenly
-    for (index_t u = pack_units * index_t(t) / index_t(n); u < pack_units * index_t(t + 1) / index_t(n); ++u) {
+  auto job = [&](std::size_t t, std::size_t) {
+    for (index_t u = packing.claim(); u < pack_units; u = packing.claim()) {
       const index_t kb = u / slivers, s = u % slivers, k0 = kb * KC;
       pack_b<Tl>(tb, B, ldb, k0, std::min(KC, K - k0), s * NR, std::min(NR, N - s * NR),
                  bp + kb * block_len + s * std::min(KC, K - k0) * NR);
+      packing.done();
     }
-    if (n > 1) {  // nobody reads B before all of it is packed
-      packed.fetch_add(1, std::memory_order_acq_rel);
-      while (packed.load(std::memory_order_acquire) < n) __builtin_ia32_pause();
-    }
+    packing.wait_all(pack_units);  // nobody reads B before all of it is packed
     float* my_a = ap + index_t(t) * a_len;
     for (index_t c = next_chunk.fetch_add(1, std::memory_order_relaxed); c < chunks;
          c = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
@@ -534,7 +552,7 @@ inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float 
     }
   };
   if (threads == 1) job(0, 1);
-  else pool.run_on_all(job);
+  else pool.run_on_available(job);
 }
 
 /// Target width of gemm_column_split's work unit in columns of C (rounded down to whole slivers): a
@@ -548,7 +566,7 @@ inline constexpr index_t kColumnSplitMinB = index_t(2) << 20;  // 8 MiB of F32
 /// C = alpha op(A) op(B) + beta C for a B wider and larger than A is tall, an LLM's weight at prefill
 /// (x [512, 2048] times W^T, W up to [8192, 2048]): the threads split C's COLUMNS, so each packs and
 /// streams only its own columns of B, once. The threads first pack all of op(A) together into one
-/// shared buffer (M x K floats; A is the small operand here) and meet at one barrier; then each takes
+/// shared buffer (M x K floats; A is the small operand here; units from a PackCounter); then each takes
 /// units of kColumnUnit columns from a shared counter and, per k-block, packs that unit's KC x unit
 /// block of B into its own L2-resident buffer and runs every row sliver of A past it.
 ///
@@ -571,18 +589,16 @@ inline void gemm_column_split(bool ta, bool tb, index_t M, index_t N, index_t K,
   // kc x MR. B: one unit's k-block per thread.
   const PackScratch a_scratch(m_padded * K, 1), b_scratch(b_len * index_t(threads), 0);
   float* ap = a_scratch.get();
-  std::atomic<std::size_t> packed{0};
+  const index_t pack_units = k_blocks * m_slivers;  // (k-block, row sliver) pairs, taken from a counter
+  PackCounter packing;
   std::atomic<index_t> next_unit{0};
-  auto job = [&](std::size_t t, std::size_t n) {
-    const index_t pack_units = k_blocks * m_slivers;  // (k-block, row sliver) pairs, split evenly
-    for (index_t u = pack_units * index_t(t) / index_t(n); u < pack_units * index_t(t + 1) / index_t(n); ++u) {
+  auto job = [&](std::size_t t, std::size_t) {
+    for (index_t u = packing.claim(); u < pack_units; u = packing.claim()) {
       const index_t kb = u / m_slivers, s = u % m_slivers, k0 = kb * KC, kc = std::min(KC, K - k0);
       pack_a<Tl>(ta, A, lda, s * MR, std::min(MR, M - s * MR), k0, kc, ap + k0 * m_padded + s * kc * MR);
+      packing.done();
     }
-    if (n > 1) {  // nobody reads A before all of it is packed
-      packed.fetch_add(1, std::memory_order_acq_rel);
-      while (packed.load(std::memory_order_acquire) < n) __builtin_ia32_pause();
-    }
+    packing.wait_all(pack_units);  // nobody reads A before all of it is packed
     float* bp = b_scratch.get() + index_t(t) * b_len;
     for (index_t u = next_unit.fetch_add(1, std::memory_order_relaxed); u < units;
          u = next_unit.fetch_add(1, std::memory_order_relaxed)) {
@@ -603,7 +619,7 @@ inline void gemm_column_split(bool ta, bool tb, index_t M, index_t N, index_t K,
     }
   };
   if (threads == 1) job(0, 1);
-  else pool.run_on_all(job);
+  else pool.run_on_available(job);
 }
 
 /// Whether gemm() runs gemm_column_split rather than gemm_tiled: a B of BF16 bits over 1M values

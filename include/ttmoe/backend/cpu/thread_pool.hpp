@@ -41,39 +41,15 @@ class ThreadPool {
   }
 
   /// Runs f(thread_index, num_threads) on every pool thread and waits. Exceptions are rethrown.
-  void run_on_all(const std::function<void(std::size_t, std::size_t)>& f) {
-    const std::size_t nt = num_threads();
-    if (nt == 1 || in_parallel()) {
-      f(0, 1);
-      return;
-    }
-    std::unique_lock lock(mutex_);
-    job_ = &f;
-    error_ = nullptr;
-    pending_.store(nt - 1, std::memory_order_relaxed);
-    ++generation_;
-    published_.store(generation_, std::memory_order_release);
-    lock.unlock();
-    wake_.notify_all();
-    {
-      ParallelScope scope;
-      try {
-        f(0, nt);
-      } catch (...) {
-        record_error();
-      }
-    }
-    // Spin briefly (the other core usually finishes within microseconds), then block.
-    for (int i = 0; i < 20000 && pending_.load(std::memory_order_acquire) != 0; ++i) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
-    lock.lock();
-    done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
-    job_ = nullptr;
-    if (error_) std::rethrow_exception(error_);
-  }
+  void run_on_all(const std::function<void(std::size_t, std::size_t)>& f) { run(f, false); }
+
+  /// Like run_on_all, for a job whose threads take all their work from shared counters, so that any
+  /// set of threads that includes the caller completes it: a worker that has not started f by the
+  /// time the caller's f returns is released from the job (it never calls f, and its index goes
+  /// unused), and the caller waits only for workers already inside f. Why: on a shared machine a
+  /// sleeping worker can take milliseconds to be scheduled, and a GEMM of a few hundred microseconds
+  /// (a LoRA factor's product) would otherwise wait that long for it, at its barrier or at the end.
+  void run_on_available(const std::function<void(std::size_t, std::size_t)>& f) { run(f, true); }
 
   /// Splits [0, n) into one contiguous range per thread (multiples of `grain` elements) and runs
   /// f(begin, end) on each; small n runs inline on the caller.
@@ -99,7 +75,8 @@ class ThreadPool {
   /// rather than a fixed share: with items of a few tens of microseconds (attention heads), a vCPU
   /// that the host slows for a while then hands its items to the others instead of keeping them all
   /// waiting. `make_body()` runs once on each participating thread and returns that thread's body,
-  /// which may own per-thread scratch. Small n, one thread or a nested call run inline.
+  /// which may own per-thread scratch. Small n, one thread or a nested call run inline. A worker that
+  /// is not running when the caller has finished every item is not waited for (run_on_available).
   template <class MakeBody>
   void parallel_items(index_t n, MakeBody&& make_body) {
     if (n == 0) return;
@@ -109,7 +86,7 @@ class ThreadPool {
       return;
     }
     std::atomic<index_t> next{0};
-    run_on_all([&](std::size_t, std::size_t) {
+    run_on_available([&](std::size_t, std::size_t) {
       auto body = make_body();
       for (index_t i = next.fetch_add(1, std::memory_order_relaxed); i < n; i = next.fetch_add(1, std::memory_order_relaxed))
         body(i);
@@ -120,6 +97,60 @@ class ThreadPool {
   static bool in_parallel() noexcept { return parallel_depth() > 0; }
 
  private:
+  /// run_on_all (`optional` false: every worker runs f) or run_on_available (`optional`: workers
+  /// claim one of the job's seats before calling f; the caller closes the seats when its f returns).
+  void run(const std::function<void(std::size_t, std::size_t)>& f, bool optional) {
+    const std::size_t nt = num_threads();
+    if (nt == 1 || in_parallel()) {
+      f(0, 1);
+      return;
+    }
+    std::unique_lock lock(mutex_);
+    job_ = &f;
+    error_ = nullptr;
+    pending_.store(nt - 1, std::memory_order_relaxed);
+    ++generation_;
+    optional_ = optional;
+    seats_.store(seats_word(generation_, optional ? nt - 1 : 0), std::memory_order_relaxed);
+    published_.store(generation_, std::memory_order_release);
+    lock.unlock();
+    wake_.notify_all();
+    {
+      ParallelScope scope;
+      try {
+        f(0, nt);
+      } catch (...) {
+        record_error();
+      }
+    }
+    if (optional) {  // workers that have not claimed a seat by now never will: stop waiting for them
+      const std::size_t unclaimed = seats_.exchange(seats_word(generation_, 0), std::memory_order_acq_rel) & kSeatMask;
+      if (unclaimed) pending_.fetch_sub(unclaimed, std::memory_order_acq_rel);
+    }
+    // Spin briefly (the other core usually finishes within microseconds), then block.
+    for (int i = 0; i < 20000 && pending_.load(std::memory_order_acquire) != 0; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    lock.lock();
+    done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    job_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  /// The seats word: the job's generation above kSeatBits bits of seats still open.
+  static constexpr int kSeatBits = 16;
+  static constexpr std::size_t kSeatMask = (std::size_t(1) << kSeatBits) - 1;
+  static std::size_t seats_word(std::size_t generation, std::size_t seats) { return (generation << kSeatBits) | seats; }
+  /// Takes a seat of job `generation` (false when the caller has closed them or a newer job is out).
+  bool claim_seat(std::size_t generation) {
+    std::size_t w = seats_.load(std::memory_order_acquire);
+    while ((w >> kSeatBits) == (generation & (~std::size_t(0) >> kSeatBits)) && (w & kSeatMask) != 0)
+      if (seats_.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel)) return true;
+    return false;
+  }
+
   struct ParallelScope {
     ParallelScope() { ++parallel_depth(); }
     ~ParallelScope() { --parallel_depth(); }
@@ -159,6 +190,7 @@ class ThreadPool {
     for (;;) {
       const std::function<void(std::size_t, std::size_t)>* job;
       std::size_t nt;
+      bool optional;
       // Jobs come in quick succession (one per op of a forward or backward): poll for the next one
       // for a few tens of microseconds before sleeping, since waking a blocked thread costs about
       // as long again on a virtual machine and the job's caller would wait for it at the end.
@@ -174,7 +206,10 @@ class ThreadPool {
         seen = generation_;
         job = job_;
         nt = workers_.size() + 1;
+        optional = optional_;
       }
+      // A released worker must not touch the job: its caller may have returned already.
+      if (optional && !claim_seat(seen)) continue;
       {
         ParallelScope scope;
         try {
@@ -198,6 +233,8 @@ class ThreadPool {
   std::atomic<std::size_t> pending_{0};
   std::size_t generation_ = 0;
   std::atomic<std::size_t> published_{0};  // generation_, readable without the lock (workers' polling)
+  std::atomic<std::size_t> seats_{0};      // run_on_available: seats_word(generation, seats still open)
+  bool optional_ = false;                  // whether the current job is run_on_available's
   bool quit_ = false;
   static constexpr int kWorkerSpins = 2000;  // ~50-100 us of pause instructions
 };
