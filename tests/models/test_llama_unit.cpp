@@ -459,7 +459,7 @@ TEST_CASE("lora adapters: unmerged = merged = the explicit weight sum, removal r
   }
 }
 
-TEST_CASE("linear_group: one shared low-rank product equals each layer's own forward; fallbacks", "[llm][lora]") {
+TEST_CASE("linear_group: one shared low-rank product equals each layer's own forward, and its fallbacks", "[llm][lora]") {
   // Three layers on one x [2, 5, 24] with updates of ranks 3, 1 and 4 (a wrong offset into the
   // stacked product would mix them), one without a bias; then the cases that run each layer alone.
   auto rand = [](index_t r, index_t c, std::uint64_t seed) {

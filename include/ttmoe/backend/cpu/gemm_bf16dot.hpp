@@ -16,9 +16,10 @@
 // The micro-kernel keeps gemm_packed.hpp's tile shapes (24 accumulators: 8 x 48 or 6 x 64), loads NV
 // vectors of W pairs and broadcasts one x pair per row per step, and finishes through the F32
 // kernel's store_tile, so bias and residual join the first k-block's store exactly as there.
-// Schedule: packed::gemm_column_split's (x small, W wide): the threads pack all of x together, meet
-// once, then take units of columns from a counter, each packing its unit's k-block of W into its own
-// L2-sized buffer and running every row sliver past it, so W streams from memory once.
+// Schedule: packed::run_column_split, as gemm_column_split (x small, W wide): the threads pack all
+// of x together, meet once, then take units of columns from a counter, each packing its unit's
+// k-block of W into its own L2-sized buffer and running every row sliver past it, so W streams
+// from memory once.
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #define TTMOE_BF16DOT_GEMM 1
@@ -151,46 +152,36 @@ inline void gemm_columns(const float* x, index_t M, const std::uint16_t* w, inde
                          const ttmoe::GemmEpilogue<float>& ep) {
   constexpr index_t MR = Tl::MR, NR = Tl::NR;
   constexpr index_t unit = NR * std::max<index_t>(1, packed::kColumnUnit / NR);
-  auto& pool = ThreadPool::instance();
-  const std::size_t threads = ThreadPool::in_parallel() ? 1 : pool.num_threads();
+  const std::size_t threads = ThreadPool::in_parallel() ? 1 : ThreadPool::instance().num_threads();
   const index_t pairs = (K + 1) / 2, m_slivers = (M + MR - 1) / MR, m_padded = m_slivers * MR;
   const index_t k_blocks = (pairs + KCP - 1) / KCP, units = (N + unit - 1) / unit, w_len = std::min(KCP, pairs) * unit;
   // Words are 4 bytes like the floats PackScratch counts: packed x (block kb at p0 m_padded, sliver
   // s at + s kcp MR) in slot 1, one unit's k-block of W per thread in slot 0, as the F32 kernel.
   const packed::PackScratch a_scratch(m_padded * pairs, 1), b_scratch(w_len * index_t(threads), 0);
   auto* ap = reinterpret_cast<std::uint32_t*>(a_scratch.get());
-  std::atomic<std::size_t> packed_x{0};
-  std::atomic<index_t> next_unit{0};
-  auto job = [&](std::size_t t, std::size_t n) {
-    const index_t pack_units = k_blocks * m_slivers;  // (k-block, row sliver) pairs, split evenly
-    for (index_t u = pack_units * index_t(t) / index_t(n); u < pack_units * index_t(t + 1) / index_t(n); ++u) {
-      const index_t kb = u / m_slivers, s = u % m_slivers, p0 = kb * KCP, kcp = std::min(KCP, pairs - p0);
-      pack_x<Tl>(x, K, s * MR, std::min(MR, M - s * MR), p0, kcp, ap + p0 * m_padded + s * kcp * MR);
-    }
-    if (n > 1) {  // nobody reads x before all of it is packed
-      packed_x.fetch_add(1, std::memory_order_acq_rel);
-      while (packed_x.load(std::memory_order_acquire) < n) __builtin_ia32_pause();
-    }
-    auto* bp = reinterpret_cast<std::uint32_t*>(b_scratch.get()) + index_t(t) * w_len;
-    for (index_t u = next_unit.fetch_add(1, std::memory_order_relaxed); u < units;
-         u = next_unit.fetch_add(1, std::memory_order_relaxed)) {
-      const index_t n0 = u * unit, nc = std::min(unit, N - n0);
-      for (index_t p0 = 0; p0 < pairs; p0 += KCP) {
-        const index_t kcp = std::min(KCP, pairs - p0);
-        pack_w<Tl>(w, K, p0, kcp, n0, nc, bp);
-        const packed::Update up = p0 > 0 ? packed::Update::add : packed::Update::assign;
-        const std::uint32_t* ak = ap + p0 * m_padded;
-        for (index_t s = 0; s < m_slivers; ++s) {
-          const index_t m0 = s * MR, mr = std::min(MR, M - m0);
-          for (index_t j = 0; j < nc; j += NR)
-            micro_kernel<Tl>(kcp, ak + s * kcp * MR, bp + (j / NR) * kcp * NR, y + m0 * N + n0 + j, N, up,
-                             ep.at(m0, n0 + j), mr, std::min(NR, nc - j));
+  const index_t pack_units = k_blocks * m_slivers;  // (k-block, row sliver) pairs
+  packed::run_column_split(
+      threads, pack_units, units,
+      [&](index_t u) {
+        const index_t kb = u / m_slivers, s = u % m_slivers, p0 = kb * KCP, kcp = std::min(KCP, pairs - p0);
+        pack_x<Tl>(x, K, s * MR, std::min(MR, M - s * MR), p0, kcp, ap + p0 * m_padded + s * kcp * MR);
+      },
+      [&](std::size_t t, index_t u) {
+        auto* bp = reinterpret_cast<std::uint32_t*>(b_scratch.get()) + index_t(t) * w_len;
+        const index_t n0 = u * unit, nc = std::min(unit, N - n0);
+        for (index_t p0 = 0; p0 < pairs; p0 += KCP) {
+          const index_t kcp = std::min(KCP, pairs - p0);
+          pack_w<Tl>(w, K, p0, kcp, n0, nc, bp);
+          const packed::Update up = p0 > 0 ? packed::Update::add : packed::Update::assign;
+          const std::uint32_t* ak = ap + p0 * m_padded;
+          for (index_t s = 0; s < m_slivers; ++s) {
+            const index_t m0 = s * MR, mr = std::min(MR, M - m0);
+            for (index_t j = 0; j < nc; j += NR)
+              micro_kernel<Tl>(kcp, ak + s * kcp * MR, bp + (j / NR) * kcp * NR, y + m0 * N + n0 + j, N, up,
+                               ep.at(m0, n0 + j), mr, std::min(NR, nc - j));
+          }
         }
-      }
-    }
-  };
-  if (threads == 1) job(0, 1);
-  else pool.run_on_all(job);
+      });
 }
 
 /// y = round_bf16(x) W^T (+ bias) (+ residual) for x [rows, w.cols], y and residual [rows, w.rows]:

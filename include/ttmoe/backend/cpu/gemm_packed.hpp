@@ -555,6 +555,32 @@ inline void gemm_tiled(bool ta, bool tb, index_t M, index_t N, index_t K, float 
   else pool.run_on_available(job);
 }
 
+/// The schedule of a column-split GEMM, shared by the F32 kernel and the BF16-products one
+/// (gemm_bf16dot.hpp): the threads first pack A together, taking `pack_units` units from a
+/// PackCounter (`pack_a_unit(u)`), and meet when all are packed; then each takes column units
+/// u < `units` of C from a second counter and computes them whole (`column_unit(thread, u)`, which
+/// packs its own B blocks into that thread's scratch). Every unit comes from a counter, so the pool
+/// runs the job with run_on_available: a thread that starts late finds less (or nothing) left to do
+/// instead of holding the others at a barrier. `threads` == 1 runs it on the caller alone.
+template <class PackAUnit, class ColumnUnit>
+inline void run_column_split(std::size_t threads, index_t pack_units, index_t units, PackAUnit&& pack_a_unit,
+                             ColumnUnit&& column_unit) {
+  PackCounter packing;
+  std::atomic<index_t> next_unit{0};
+  auto job = [&](std::size_t t, std::size_t) {
+    for (index_t u = packing.claim(); u < pack_units; u = packing.claim()) {
+      pack_a_unit(u);
+      packing.done();
+    }
+    packing.wait_all(pack_units);  // nobody reads A before all of it is packed
+    for (index_t u = next_unit.fetch_add(1, std::memory_order_relaxed); u < units;
+         u = next_unit.fetch_add(1, std::memory_order_relaxed))
+      column_unit(t, u);
+  };
+  if (threads == 1) job(0, 1);
+  else ThreadPool::instance().run_on_available(job);
+}
+
 /// Target width of gemm_column_split's work unit in columns of C (rounded down to whole slivers): a
 /// KC x 128 block of packed B is 192 KiB, so it stays in a 512 KiB L2 next to the A slivers and C
 /// tiles that pass it.
@@ -581,45 +607,37 @@ inline void gemm_column_split(bool ta, bool tb, index_t M, index_t N, index_t K,
                               const ttmoe::GemmEpilogue<float>& ep) {
   constexpr index_t MR = Tl::MR, NR = Tl::NR;
   constexpr index_t unit = NR * std::max<index_t>(1, kColumnUnit / NR);
-  auto& pool = ThreadPool::instance();
-  const std::size_t threads = ThreadPool::in_parallel() ? 1 : pool.num_threads();
+  const std::size_t threads = ThreadPool::in_parallel() ? 1 : ThreadPool::instance().num_threads();
   const index_t m_slivers = (M + MR - 1) / MR, m_padded = m_slivers * MR, k_blocks = (K + KC - 1) / KC;
   const index_t units = (N + unit - 1) / unit, b_len = std::min(KC, K) * unit;
   // Packed A: k-block kb (from k0 = kb KC) starts at k0 * m_padded and holds m_slivers slivers of
   // kc x MR. B: one unit's k-block per thread.
   const PackScratch a_scratch(m_padded * K, 1), b_scratch(b_len * index_t(threads), 0);
   float* ap = a_scratch.get();
-  const index_t pack_units = k_blocks * m_slivers;  // (k-block, row sliver) pairs, taken from a counter
-  PackCounter packing;
-  std::atomic<index_t> next_unit{0};
-  auto job = [&](std::size_t t, std::size_t) {
-    for (index_t u = packing.claim(); u < pack_units; u = packing.claim()) {
-      const index_t kb = u / m_slivers, s = u % m_slivers, k0 = kb * KC, kc = std::min(KC, K - k0);
-      pack_a<Tl>(ta, A, lda, s * MR, std::min(MR, M - s * MR), k0, kc, ap + k0 * m_padded + s * kc * MR);
-      packing.done();
-    }
-    packing.wait_all(pack_units);  // nobody reads A before all of it is packed
-    float* bp = b_scratch.get() + index_t(t) * b_len;
-    for (index_t u = next_unit.fetch_add(1, std::memory_order_relaxed); u < units;
-         u = next_unit.fetch_add(1, std::memory_order_relaxed)) {
-      const index_t n0 = u * unit, nc = std::min(unit, N - n0);
-      for (index_t k0 = 0; k0 < K; k0 += KC) {
-        const index_t kc = std::min(KC, K - k0);
-        pack_b<Tl>(tb, B, ldb, k0, kc, n0, nc, bp);
-        const Update up = k0 > 0 ? Update::add : beta == 0.f ? Update::assign : Update::scale_add;
-        const bool last = k0 + KC >= K;
-        const float* ak = ap + k0 * m_padded;
-        for (index_t s = 0; s < m_slivers; ++s) {
-          const index_t m0 = s * MR, mr = std::min(MR, M - m0);
-          for (index_t j = 0; j < nc; j += NR)
-            micro_kernel<Tl, Act>(kc, ak + s * kc * MR, nullptr, 1, bp + (j / NR) * kc * NR, C + m0 * ldc + n0 + j, ldc,
-                                  alpha, beta, up, last, ep.at(m0, n0 + j), mr, std::min(NR, nc - j));
+  const index_t pack_units = k_blocks * m_slivers;  // (k-block, row sliver) pairs
+  run_column_split(
+      threads, pack_units, units,
+      [&](index_t u) {
+        const index_t kb = u / m_slivers, s = u % m_slivers, k0 = kb * KC, kc = std::min(KC, K - k0);
+        pack_a<Tl>(ta, A, lda, s * MR, std::min(MR, M - s * MR), k0, kc, ap + k0 * m_padded + s * kc * MR);
+      },
+      [&](std::size_t t, index_t u) {
+        float* bp = b_scratch.get() + index_t(t) * b_len;
+        const index_t n0 = u * unit, nc = std::min(unit, N - n0);
+        for (index_t k0 = 0; k0 < K; k0 += KC) {
+          const index_t kc = std::min(KC, K - k0);
+          pack_b<Tl>(tb, B, ldb, k0, kc, n0, nc, bp);
+          const Update up = k0 > 0 ? Update::add : beta == 0.f ? Update::assign : Update::scale_add;
+          const bool last = k0 + KC >= K;
+          const float* ak = ap + k0 * m_padded;
+          for (index_t s = 0; s < m_slivers; ++s) {
+            const index_t m0 = s * MR, mr = std::min(MR, M - m0);
+            for (index_t j = 0; j < nc; j += NR)
+              micro_kernel<Tl, Act>(kc, ak + s * kc * MR, nullptr, 1, bp + (j / NR) * kc * NR, C + m0 * ldc + n0 + j,
+                                    ldc, alpha, beta, up, last, ep.at(m0, n0 + j), mr, std::min(NR, nc - j));
+          }
         }
-      }
-    }
-  };
-  if (threads == 1) job(0, 1);
-  else pool.run_on_available(job);
+      });
 }
 
 /// Whether gemm() runs gemm_column_split rather than gemm_tiled: a B of BF16 bits over 1M values
