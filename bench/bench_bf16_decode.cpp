@@ -19,8 +19,11 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -129,7 +132,21 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--rows") return rows_mode(argv[2]);
 #endif
 
-  const auto ws = layer_weights();
+  auto ws = layer_weights();
+  // $TTMOE_BENCH_WEIGHT_OFFSET (bytes, even; unset: as allocated, which for glibc's large blocks is
+  // 16 bytes past a page): each matrix moved to that offset past a 64-byte boundary, to see what rows
+  // that straddle cache lines cost (a mapped checkpoint's tensors lie wherever the file puts them).
+  if (const int off = bench::env_int("TTMOE_BENCH_WEIGHT_OFFSET", -1); off >= 0)
+    for (auto& w : ws) {
+      auto buf = std::make_shared<std::vector<std::uint16_t>>(w.bytes() / 2 + 64);
+      const auto base = reinterpret_cast<std::uintptr_t>(buf->data());
+      auto* at = reinterpret_cast<std::uint16_t*>((base + 63) / 64 * 64 + std::uintptr_t(off));
+      std::copy(w.bits, w.bits + w.bytes() / 2, at);
+      const auto arithmetic = w.arithmetic;
+      w = io::Bf16Matrix::view(buf, at, w.rows, w.cols);
+      w.arithmetic = arithmetic;
+    }
+  std::printf("weight_offset_mod_64: %zu\n", std::size_t(reinterpret_cast<std::uintptr_t>(ws[0].bits) % 64));
   double weight_bytes = 0;
   for (const auto& w : ws) weight_bytes += double(w.bytes());
   const index_t inter = 8192;

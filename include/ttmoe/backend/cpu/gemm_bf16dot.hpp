@@ -208,7 +208,9 @@ inline void linear(const float* x, index_t rows, const io::Bf16Matrix& w, const 
 /// Batch 1 (decode): y[o] = round_bf16(x) . w[o] (+ bias[o]) (+ residual[o]) for one activation row,
 /// `vdpbf16ps` on W's rows as they lie in memory (32 values per instruction, a masked load for the
 /// tail) against x rounded once; threads split the output rows, 4 weight rows per pass so 4 streams
-/// are in flight (the dot-product kernel's reason). Measured against that kernel in
+/// are in flight (the dot-product kernel's reason). Each pass prefetches the next pass's rows line
+/// for line: a 2048-wide BF16 row is one 4 KiB page, the hardware prefetcher stops at page ends and
+/// so would restart on every row (+20-25% on one thread, docs/design.md). Measured against that kernel in
 /// bench_bf16_decode (docs/design.md): at batch 1 both wait on memory.
 inline void gemv(const float* x, const io::Bf16Matrix& w, const float* bias, const float* residual, float* y) {
   const index_t K = w.cols, steps = (K + 31) / 32;
@@ -228,12 +230,16 @@ inline void gemv(const float* x, const io::Bf16Matrix& w, const float* bias, con
       // Two accumulators per row (even and odd steps): independent chains hide vdpbf16ps' latency.
       __m512 acc[NW][2];
       for (index_t j = 0; j < NW; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+      // The rows of the next pass (this thread's, else this pass's again: a no-op on cached lines).
+      const std::uint16_t* next = w.bits + (o + NW + R <= o1 ? o + NW : o) * K;
       auto step = [&](index_t s, int slot, __mmask32 m) {
         const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb.data() + 32 * s));
 #pragma GCC unroll 4
-        for (index_t j = 0; j < NW; ++j)
+        for (index_t j = 0; j < NW; ++j) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + j * K + 32 * s), _MM_HINT_T0);
           acc[j][slot] = _mm512_dpbf16_ps(
               acc[j][slot], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(m, w.bits + (o + j) * K + 32 * s)), xv);
+        }
       };
       const __mmask32 all = __mmask32(0xFFFFFFFFu);
       index_t s = 0;

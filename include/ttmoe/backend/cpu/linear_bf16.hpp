@@ -78,12 +78,30 @@ inline void bf16_row_dots(const std::uint16_t* wr, index_t half, const float* co
   }
 }
 
+/// Keeps `v` in a register from here on: an empty asm that claims to change it stops the compiler
+/// from folding its load into every instruction that uses it. GCC otherwise turns bf16_gemv_rows'
+/// one W load into two (the shift and the AND each read memory) and its two x loads into eight
+/// (one per FMA), and at batch 1 those extra loads, half of them straddling two cache lines,
+/// rather than memory bound the kernel (docs/design.md, helper decode14).
+template <class Batch>
+inline void in_register(Batch& v) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  asm("" : "+v"(v.data));
+#else
+  (void)v;
+#endif
+}
+
 /// Batch-1 (decode) dot products of NW consecutive BF16 weight rows (`w`, stride 2 * half) with
 /// ONE split activation row `xs`: each activation vector is loaded once for NW rows, and the NW
 /// weight streams are in flight together, which is what keeps a GEMV at memory bandwidth (one
 /// row at a time leaves the loads of the next row waiting behind the last FMAs of this one).
+/// `next` (the NW rows the caller reads after these, or `w` again) is prefetched line for line as
+/// these are read: a 2048-wide row is one 4 KiB page, and the hardware prefetcher, which stops at
+/// page ends, would otherwise restart on every row (docs/design.md, helper decode14).
 template <index_t NW>
-inline void bf16_gemv_rows(const std::uint16_t* w, index_t half, const float* xs, float* sums) {
+inline void bf16_gemv_rows(const std::uint16_t* w, index_t half, const float* xs, float* sums,
+                           const std::uint16_t* next) {
   using fbatch = xsimd::batch<float>;
   using ubatch = xsimd::batch<std::uint32_t>;
   constexpr index_t L = fbatch::size;
@@ -93,9 +111,12 @@ inline void bf16_gemv_rows(const std::uint16_t* w, index_t half, const float* xs
   const ubatch hi_mask(0xFFFF0000u);
   index_t k = 0;
   for (; k + L <= half; k += L) {
-    const fbatch xe = fbatch::load_unaligned(xs + k), xo = fbatch::load_unaligned(xs + half + k);
+    fbatch xe = fbatch::load_unaligned(xs + k), xo = fbatch::load_unaligned(xs + half + k);
+    in_register(xe), in_register(xo);
     for (index_t j = 0; j < NW; ++j) {
-      const ubatch wv = ubatch::load_unaligned(reinterpret_cast<const AliasedWord*>(w + j * stride + 2 * k));
+      __builtin_prefetch(next + j * stride + 2 * k);
+      ubatch wv = ubatch::load_unaligned(reinterpret_cast<const AliasedWord*>(w + j * stride + 2 * k));
+      in_register(wv);
       even_acc[j] = xsimd::fma(xsimd::bitwise_cast<fbatch>(wv << 16), xe, even_acc[j]);
       odd_acc[j] = xsimd::fma(xsimd::bitwise_cast<fbatch>(wv & hi_mask), xo, odd_acc[j]);
     }
@@ -138,11 +159,12 @@ inline void linear_bf16_dot(const float* x, index_t rows, const io::Bf16Matrix& 
       float sums[kDecodeRows];
       index_t o = o0;
       for (; o + kDecodeRows <= o1; o += kDecodeRows) {
-        detail::bf16_gemv_rows<kDecodeRows>(w.bits + o * in, half, split.data(), sums);
+        const index_t after = o + 2 * kDecodeRows <= o1 ? o + kDecodeRows : o;  // the next full pass
+        detail::bf16_gemv_rows<kDecodeRows>(w.bits + o * in, half, split.data(), sums, w.bits + after * in);
         for (index_t j = 0; j < kDecodeRows; ++j) finish(0, o + j, sums[j]);
       }
       for (; o < o1; ++o) {
-        detail::bf16_gemv_rows<1>(w.bits + o * in, half, split.data(), sums);
+        detail::bf16_gemv_rows<1>(w.bits + o * in, half, split.data(), sums, w.bits + o * in);
         finish(0, o, sums[0]);
       }
     });
