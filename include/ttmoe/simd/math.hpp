@@ -2,7 +2,7 @@
 // xsimd batch overloads of ttmoe::vm, plus the unaligned load/store/broadcast helpers the CPU
 // executor uses. Host-only (never included by nvcc device translation units).
 
-#include <xsimd/xsimd.hpp>
+#include "ttmoe/simd/xsimd.hpp"
 
 namespace ttmoe::vm {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include <xsimd/xsimd.hpp>
+#include "ttmoe/simd/xsimd.hpp"
 
 #include "ttmoe/backend/cpu/gemm_bf16dot.hpp"
 #include "ttmoe/backend/cpu/gemm_packed.hpp"
