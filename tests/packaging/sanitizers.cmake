@@ -8,7 +8,7 @@
 # emit and instrument the same inline functions and templates (test_data 26 instead of 50 CPU-s). Suites
 # that drive the same model code share one such TU across suites (UNITY_GROUP, tests/CMakeLists.txt):
 # `--target test_llama_unit` then builds test_group_llama, which holds the cases of
-# test_llama_unit, test_llama_bf16, test_ttmm_store and test_ttmm_merge, and test_group_core those of
+# test_io, test_llama_unit, test_llama_bf16, test_ttmm_store and test_ttmm_merge, and test_group_core those of
 # test_core and test_training_loop; each case still runs on its own by ctest.
 set(PACKAGING_TEST sanitizers)
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
