@@ -33,17 +33,18 @@ using namespace ttmoe::io;
 namespace {
 
 // One scratch directory per test process (ctest runs cases in parallel processes), removed at exit.
-struct ScratchDir {
+// Not "ScratchDir": a unity build joins this file with the TTMM suites, which have ttmm_test::ScratchDir.
+struct IoScratchDir {
   fs::path dir = fs::temp_directory_path() / ("ttmoe_io_test_" + std::to_string(::getpid()));
-  ScratchDir() { fs::create_directories(dir); }
-  ~ScratchDir() {
+  IoScratchDir() { fs::create_directories(dir); }
+  ~IoScratchDir() {
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
 };
 
 const fs::path& scratch() {
-  static ScratchDir s;
+  static IoScratchDir s;
   return s.dir;
 }
 

@@ -13,9 +13,10 @@
 
 using namespace ttmoe;
 
+// Helper names differ from test_gmoe_unit.cpp's: a unity build (CI) compiles the suite as one TU.
 namespace {
-models::ViTConfig tiny() { return models::vit_test_tiny(8, 4, 8, 1, 2, 16, 3); }
-std::filesystem::path temp_file(const std::string& name) {
+models::ViTConfig tiny_vit() { return models::vit_test_tiny(8, 4, 8, 1, 2, 16, 3); }
+std::filesystem::path ckpt_file(const std::string& name) {
   return std::filesystem::temp_directory_path() / ("ttmoe_ckpt_" + std::to_string(::getpid()) + "_" + name);
 }
 std::vector<float> all_values(models::VisionTransformer<float>& m) {
@@ -27,8 +28,8 @@ std::vector<float> all_values(models::VisionTransformer<float>& m) {
 }  // namespace
 
 TEST_CASE("checkpoint: save_state / load_state round trip", "[unit]") {
-  models::VisionTransformer<float> a(tiny(), 1), b(tiny(), 2);
-  const auto path = temp_file("roundtrip.safetensors");
+  models::VisionTransformer<float> a(tiny_vit(), 1), b(tiny_vit(), 2);
+  const auto path = ckpt_file("roundtrip.safetensors");
   nn::save_state(a, path);
   REQUIRE(all_values(a) != all_values(b));
   auto rep = nn::load_state(b, path);
@@ -36,8 +37,8 @@ TEST_CASE("checkpoint: save_state / load_state round trip", "[unit]") {
   CHECK(all_values(a) == all_values(b));
   CHECK(b.head.weight.requires_grad());  // loading writes in place: flags survive
   // The same weights through torchvision names (prefixed) load back into a third model.
-  models::VisionTransformer<double> c(tiny(), 3);
-  const auto tv = temp_file("tv.safetensors");
+  models::VisionTransformer<double> c(tiny_vit(), 3);
+  const auto tv = ckpt_file("tv.safetensors");
   nn::save_state(a, tv, io::torchvision_vit_names("model."), io::DType::BF16);
   io::SafetensorsFile tf(tv);
   CHECK(tf.contains("model.encoder.layers.encoder_layer_0.self_attention.in_proj_weight"));
@@ -67,8 +68,8 @@ TEST_CASE("checkpoint: name maps", "[unit]") {
 }
 
 TEST_CASE("checkpoint: one error lists missing, unexpected and mis-shaped keys", "[unit]") {
-  models::VisionTransformer<float> src(tiny(), 1), dst(tiny(), 2);
-  const auto path = temp_file("broken.safetensors");
+  models::VisionTransformer<float> src(tiny_vit(), 1), dst(tiny_vit(), 2);
+  const auto path = ckpt_file("broken.safetensors");
   {
     io::SafetensorsWriter w;
     for (auto& p : nn::named_parameters<float>(src)) {

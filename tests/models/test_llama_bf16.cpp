@@ -222,8 +222,8 @@ TEST_CASE("packed GEMM: BF16 bits widened while packing give exactly the F32 GEM
 }
 #endif
 
-/// Marks a case skipped for CTest (tests/models/skipped_cases.cmake matches this line; Catch2 2 has
-/// no SKIP) and says why; the case must return right after, asserting nothing.
+/// Marks a case skipped for CTest (tests/CMakeLists.txt gives every case SKIP_REGULAR_EXPRESSION
+/// "TTMOE_SKIPPED:"; Catch2 2 has no SKIP) and says why; the case must return right after, asserting nothing.
 void report_skipped(const char* why) { std::printf("TTMOE_SKIPPED: %s\n", why); }
 
 TEST_CASE("AVX512-BF16 vdpbf16ps GEMM and GEMV: rounded x times BF16 W against a double reference, edge shapes, epilogue, threads",

@@ -74,10 +74,11 @@ namespace {
 // within 1e-5 and gradients within 1e-4, relative to max(1, |ref|) (float32 rounding through a
 // softmax, an L2 normalisation or erf; measured at most 1.4e-6 and 7.9e-6, both on the clamped cosine
 // router whose logits reach 100); the picks must match exactly in both.
-struct Tol {
+// Named apart from test_parity_ttmm.cpp's Tol: a unity build (CI) compiles the suite as one TU.
+struct RouterTol {
   double out, grad;
 };
-constexpr Tol kDoubleTol{1e-9, 1e-9}, kFloatTol{1e-5, 1e-4};
+constexpr RouterTol kRouterDoubleTol{1e-9, 1e-9}, kRouterFloatTol{1e-5, 1e-4};
 
 template <class T>
 void check_router_outputs(const Fixture& f, const moe::RouterOutput<T>& o, Tensor<T, Shape<>>& loss, double tol) {
@@ -90,7 +91,7 @@ void check_router_outputs(const Fixture& f, const moe::RouterOutput<T>& o, Tenso
 }
 
 template <class T = double>
-void run_linear_router(const std::string& file, Tol tol = kDoubleTol) {
+void run_linear_router(const std::string& file, RouterTol tol = kRouterDoubleTol) {
   Fixture f(file);
   moe::LinearRouter<T> r;
   r.weight = leaf<2, T>(f, "param.weight");
@@ -112,7 +113,7 @@ void run_linear_router(const std::string& file, Tol tol = kDoubleTol) {
 }
 
 template <class T = double>
-void run_cosine_router(const std::string& file, Tol tol = kDoubleTol) {
+void run_cosine_router(const std::string& file, RouterTol tol = kRouterDoubleTol) {
   Fixture f(file);
   moe::CosineRouter<T> r;
   r.proj.weight = leaf<2, T>(f, "param.proj.weight");
@@ -139,7 +140,7 @@ void run_cosine_router(const std::string& file, Tol tol = kDoubleTol) {
 }
 
 template <class T = double>
-void run_aux(const std::string& file, Tol tol = kDoubleTol) {
+void run_aux(const std::string& file, RouterTol tol = kRouterDoubleTol) {
   Fixture f(file);
   auto logits = leaf<2, T>(f, "in.logits");
   auto noise = f.get<2, T>("in.noise");
@@ -166,12 +167,12 @@ TEST_CASE("parity cosine_router", "[parity][moe]") { run_cosine_router("cosine_r
 TEST_CASE("parity cosine_router_clamp", "[parity][moe]") { run_cosine_router("cosine_router_clamp"); }
 TEST_CASE("parity moe_aux_losses", "[parity][moe]") { run_aux("moe_aux_losses"); }
 TEST_CASE("parity moe_aux_losses_k2", "[parity][moe]") { run_aux("moe_aux_losses_k2"); }
-TEST_CASE("parity linear_router float", "[parity][moe]") { run_linear_router<float>("linear_router", kFloatTol); }
-TEST_CASE("parity linear_router_top1 float", "[parity][moe]") { run_linear_router<float>("linear_router_top1", kFloatTol); }
-TEST_CASE("parity cosine_router float", "[parity][moe]") { run_cosine_router<float>("cosine_router", kFloatTol); }
-TEST_CASE("parity cosine_router_clamp float", "[parity][moe]") { run_cosine_router<float>("cosine_router_clamp", kFloatTol); }
-TEST_CASE("parity moe_aux_losses float", "[parity][moe]") { run_aux<float>("moe_aux_losses", kFloatTol); }
-TEST_CASE("parity moe_aux_losses_k2 float", "[parity][moe]") { run_aux<float>("moe_aux_losses_k2", kFloatTol); }
+TEST_CASE("parity linear_router float", "[parity][moe]") { run_linear_router<float>("linear_router", kRouterFloatTol); }
+TEST_CASE("parity linear_router_top1 float", "[parity][moe]") { run_linear_router<float>("linear_router_top1", kRouterFloatTol); }
+TEST_CASE("parity cosine_router float", "[parity][moe]") { run_cosine_router<float>("cosine_router", kRouterFloatTol); }
+TEST_CASE("parity cosine_router_clamp float", "[parity][moe]") { run_cosine_router<float>("cosine_router_clamp", kRouterFloatTol); }
+TEST_CASE("parity moe_aux_losses float", "[parity][moe]") { run_aux<float>("moe_aux_losses", kRouterFloatTol); }
+TEST_CASE("parity moe_aux_losses_k2 float", "[parity][moe]") { run_aux<float>("moe_aux_losses_k2", kRouterFloatTol); }
 
 TEST_CASE("parity capacity_routing", "[parity][moe]") {
   Fixture f("capacity_routing");

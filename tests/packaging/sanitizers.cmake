@@ -6,9 +6,9 @@
 # The build folder is kept between runs (incremental rebuilds). With TTMOE_SANITIZE each suite is a unity
 # build (one TU per suite, tests/CMakeLists.txt): at -O0 under ASan+UBSan a suite's TUs otherwise each
 # emit and instrument the same inline functions and templates (test_data 26 instead of 50 CPU-s). Suites
-# that drive the same model code share one such TU across suites (SANITIZE_GROUP, tests/CMakeLists.txt):
-# `--target test_llama_unit` then builds test_sanitized_llama, which holds the cases of
-# test_llama_unit, test_llama_bf16, test_ttmm_store and test_ttmm_merge, and test_sanitized_core those of
+# that drive the same model code share one such TU across suites (UNITY_GROUP, tests/CMakeLists.txt):
+# `--target test_llama_unit` then builds test_group_llama, which holds the cases of
+# test_io, test_llama_unit, test_llama_bf16, test_ttmm_store and test_ttmm_merge, and test_group_core those of
 # test_core and test_training_loop; each case still runs on its own by ctest.
 set(PACKAGING_TEST sanitizers)
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
@@ -63,7 +63,7 @@ if(NOT BUILD_ALL)
       if(call MATCHES "LABEL[ \t\r\n]+\"?unit\"?[ \t\r\n)]" AND call MATCHES "^ttmoe_test_suite\\([ \t\r\n]*([A-Za-z0-9_.+-]+)")
         set(suite ${CMAKE_MATCH_1})
         list(APPEND unit_targets ${suite})
-        if(call MATCHES "SANITIZE_GROUP[ \t\r\n]+([A-Za-z0-9_]+)")
+        if(call MATCHES "UNITY_GROUP[ \t\r\n]+([A-Za-z0-9_]+)")
           list(APPEND sanitize_groups ${CMAKE_MATCH_1})
           list(APPEND group_${CMAKE_MATCH_1} ${suite})
         endif()
@@ -79,7 +79,7 @@ if(NOT BUILD_ALL)
       message(FATAL_ERROR "[${PACKAGING_TEST}] SKIP_SUITES names '${skip}', which is no `unit` test suite in tests/*/CMakeLists.txt; update the list")
     endif()
   endforeach()
-  # The suites of one SANITIZE_GROUP are one executable here: skipping some of them would still build
+  # The suites of one UNITY_GROUP are one executable here: skipping some of them would still build
   # and run them all, so a list that splits a group is an error.
   list(REMOVE_DUPLICATES sanitize_groups)
   foreach(group IN LISTS sanitize_groups)
@@ -93,7 +93,7 @@ if(NOT BUILD_ALL)
     list(LENGTH skipped n_skipped)
     list(LENGTH group_${group} n_members)
     if(n_skipped GREATER 0 AND NOT n_skipped EQUAL n_members)
-      message(FATAL_ERROR "[${PACKAGING_TEST}] SKIP_SUITES names ${skipped} but not the rest of their SANITIZE_GROUP ${group} (${group_${group}}), which is one executable here; skip all of them or none")
+      message(FATAL_ERROR "[${PACKAGING_TEST}] SKIP_SUITES names ${skipped} but not the rest of their UNITY_GROUP ${group} (${group_${group}}), which is one executable here; skip all of them or none")
     endif()
   endforeach()
   list(REMOVE_ITEM unit_targets ${SKIP_SUITES})
