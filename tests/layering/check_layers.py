@@ -213,6 +213,25 @@ def check(root):
     return problems
 
 
+XSIMD_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]xsimd/')
+XSIMD_GATE = "ttmoe/simd/xsimd.hpp"
+
+
+def check_xsimd(root):
+    """xsimd comes in through simd/xsimd.hpp only: it repairs GCC 12's -O0 AVX512BW intrinsics before
+    xsimd is read (docs/design.md, CPU backend), which a direct include elsewhere would bypass."""
+    problems = []
+    for path, rel in headers(root):
+        if rel == XSIMD_GATE:
+            continue
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if XSIMD_INCLUDE.match(line):
+                    problems.append(f"{os.path.relpath(path, root)}:{lineno}: includes xsimd directly; "
+                                    f"include \"{XSIMD_GATE}\" instead")
+    return problems
+
+
 def planned(root):
     """Table rows with no header yet (folders the table reserves a floor for)."""
     floors = parse_table(os.path.join(root, "docs", "design.md"))
@@ -284,6 +303,11 @@ def self_test(root):
         return "an include of a header that does not exist"
     run(missing_target, False, ("no_such_header.hpp, which does not exist",))
 
+    def direct_xsimd(tmp):
+        append_line(tmp, "include/ttmoe/nn/linear.hpp", "#include <xsimd/xsimd.hpp>")
+        return "nn/linear.hpp including xsimd directly"
+    run(direct_xsimd, False, ("include/ttmoe/nn/linear.hpp:", "includes xsimd directly"))
+
     # Namespaces: (header, text appended to it, label, whether the check passes, expected output).
     namespace_cases = [
         ("include/ttmoe/nn/linear.hpp", "namespace ttmoe::io {\nstruct Stray {};\n}", "nn/linear.hpp opening ttmoe::io",
@@ -324,7 +348,7 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     try:
-        problems = check(argv[1]) + check_namespaces(argv[1])
+        problems = check(argv[1]) + check_namespaces(argv[1]) + check_xsimd(argv[1])
     except TableError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -336,6 +360,7 @@ def main(argv):
         return 1
     print("layering: every #include \"ttmoe/...\" follows the table in docs/design.md")
     print("layering: every folder opens only its own namespace (and the ones its row names)")
+    print(f"layering: only {XSIMD_GATE} includes xsimd")
     empty = planned(argv[1])
     if empty:
         print("layering: table rows with no header yet: " + ", ".join(empty))
