@@ -78,8 +78,9 @@ struct Linear : Callable<Linear<T, D>> {
   /// x [..., in] -> [..., out] (rank >= 2).
   template <class S>
   Tensor<T, DynShape<S::rank>, D> forward(const Tensor<T, S, D>& x) const {
-    if (weight_bf16.defined()) return with_delta(x, bf16_forward(x, static_cast<const Tensor<T, DynShape<1>, D>*>(nullptr)));
-    return with_delta(x, linear(x, weight, bias));
+    if (!delta_A.defined()) return base_forward(x);
+    const Tensor<T, DynShape<1>, D> none;
+    return forward_given_xa(x, linear(x, delta_A, none));
   }
   /// residual + x W^T + b: the residual (the output's shape) is added as the GEMM stores.
   template <class S, class R>
@@ -89,6 +90,13 @@ struct Linear : Callable<Linear<T, D>> {
   }
   /// Whether a low-rank update is attached.
   bool has_delta() const { return delta_A.defined(); }
+  /// forward(x) with the update's first product x delta_A^T given as `xa` [..., R]: the base output
+  /// (F32 or BF16 weight) plus xa delta_B^T. nn::linear_group computes `xa` once for several layers.
+  template <class S, class SA>
+  Tensor<T, DynShape<S::rank>, D> forward_given_xa(const Tensor<T, S, D>& x, const Tensor<T, SA, D>& xa) const {
+    const Tensor<T, DynShape<1>, D> none;
+    return linear(xa, delta_B, none, base_forward(x));
+  }
 
   template <class V>
   void visit_parameters(V& v) {
@@ -108,6 +116,13 @@ struct Linear : Callable<Linear<T, D>> {
     } else {
       throw ValueError("nn::Linear " + bf16_name_ + ": BF16-resident weights need float on the CPU");
     }
+  }
+
+  /// x W^T + b through the F32 or the BF16 weight, without the update.
+  template <class S>
+  Tensor<T, DynShape<S::rank>, D> base_forward(const Tensor<T, S, D>& x) const {
+    if (weight_bf16.defined()) return bf16_forward(x, static_cast<const Tensor<T, DynShape<1>, D>*>(nullptr));
+    return linear(x, weight, bias);
   }
 
   /// y + (x delta_A^T) delta_B^T, or y when no update is attached.

@@ -19,8 +19,8 @@
 namespace ttmoe::nn {
 
 /// The outputs layers[i]->forward(x) for every i, the low-rank updates sharing one product with x
-/// when every layer has one and keeps an F32 weight (otherwise each layer runs its own forward, which
-/// also reports any shape mismatch). x is [..., in]; output i is [..., out_i].
+/// when every layer has one that fits x (otherwise each layer runs its own forward, which also
+/// reports any shape mismatch). x is [..., in]; output i is [..., out_i].
 template <class T, class D, ShapeType S, std::size_t N>
 std::array<Tensor<T, DynShape<S::rank>, D>, N> linear_group(const Tensor<T, S, D>& x,
                                                             const std::array<const Linear<T, D>*, N>& layers) {
@@ -29,8 +29,7 @@ std::array<Tensor<T, DynShape<S::rank>, D>, N> linear_group(const Tensor<T, S, D
   const index_t in = x.extent(S::rank - 1);
   bool shared = N > 1;
   for (const auto* l : layers)
-    shared = shared && l->has_delta() && !l->weight_bf16.defined() && l->delta_A.extent(1) == in &&
-             l->weight.extent(1) == in;
+    shared = shared && l->has_delta() && l->delta_A.extent(1) == in;
   if (!shared) {
     for (std::size_t i = 0; i < N; ++i) out[i] = layers[i]->forward(x);
     return out;
@@ -42,10 +41,8 @@ std::array<Tensor<T, DynShape<S::rank>, D>, N> linear_group(const Tensor<T, S, D
   const Tensor<T, DynShape<S::rank>, D> xa = linear(x, a_cat, none);  // [..., R]
   index_t offset = 0;
   for (std::size_t i = 0; i < N; ++i) {
-    const Linear<T, D>& l = *layers[i];
-    const index_t r = l.delta_A.extent(0);
-    const Tensor<T, DynShape<S::rank>, D> xa_i = narrow<-1>(xa, offset, r);
-    out[i] = linear(xa_i, l.delta_B, none, linear(x, l.weight, l.bias));
+    const index_t r = layers[i]->delta_A.extent(0);
+    out[i] = layers[i]->forward_given_xa(x, narrow<-1>(xa, offset, r));
     offset += r;
   }
   return out;
