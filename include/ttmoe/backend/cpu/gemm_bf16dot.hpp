@@ -210,7 +210,7 @@ inline void linear(const float* x, index_t rows, const io::Bf16Matrix& w, const 
 /// tail) against x rounded once; threads split the output rows, 4 weight rows per pass so 4 streams
 /// are in flight (the dot-product kernel's reason). Each pass prefetches the next pass's rows line
 /// for line: a 2048-wide BF16 row is one 4 KiB page, the hardware prefetcher stops at page ends and
-/// so would restart on every row (+20-25% on one thread, docs/design.md). Measured against that kernel in
+/// so would restart on every row (1.16x on one thread in a loaded A/B, docs/design.md). Measured against that kernel in
 /// bench_bf16_decode (docs/design.md): at batch 1 both wait on memory.
 inline void gemv(const float* x, const io::Bf16Matrix& w, const float* bias, const float* residual, float* y) {
   const index_t K = w.cols, steps = (K + 31) / 32;
