@@ -15,6 +15,9 @@
 //   ttmm_overhead_tokens_<n>   (selection + merge-or-apply + restore, automatic choice for 100
 //                              generated tokens) / base_token_s, for n active experts (--overhead)
 //   ttmm_mode_<n>              the mode the automatic rule chose (0 dense, 1 unmaterialised)
+//   ttmm_dense_<n>_s, ttmm_unmaterialised_<n>_s   both modes measured (the chosen one is the overhead),
+//   ttmm_*_predicted_<n>_s     beside what the rule predicted for each (ttmm::estimate_merge_costs)
+//   calibrated_gemm_gflops, calibrated_lowrank_gbs   the rates the rule measured (calibrate_merge_costs)
 // With --write-experts DIR it only writes the experts as PEFT folders DIR/expert_<k> (F32) for the
 // PyTorch peer (merge_peft.py) and exits.
 // With --checkpoint DIR the base model is saved there as a BF16 HF folder (Llama-3.2-1B ships in
@@ -203,6 +206,8 @@ int main(int argc, char** argv) {
   }
   const auto centroids = Tensor<float, DynShape<2>>::from_host(DynShape<2>(K, d), cents);
   const auto& costs = ttmm::calibrate_merge_costs();
+  std::printf("calibrated_gemm_gflops: %.2f\ncalibrated_lowrank_gbs: %.2f\n", costs.gemm_flops_per_second * 1e-9,
+              costs.lowrank_bytes_per_second * 1e-9);
   for (const index_t n : overhead) {
     if (n > n_experts) continue;
     // The query: the normalised mean of the first n centroids, so the rule keeps exactly those.
@@ -222,24 +227,33 @@ int main(int argc, char** argv) {
     std::vector<models::WeightedAdapter<float>> chosen;
     for (std::size_t i = 0; i < sel.experts.size(); ++i) chosen.push_back({&experts[sel.experts[i]], sel.weights[i]});
     models::LinearShapes shapes = models::linear_shapes(m);
+    const auto predicted = ttmm::estimate_merge_costs(shapes, 64 * n, 100, costs, origin != nullptr);
     const auto mode = ttmm::choose_merge_mode(shapes, 64 * n, 100, costs, origin != nullptr);
-    double cost = t_select;
-    if (mode == ttmm::MergeMode::dense) {
+    // Both paths are measured, so the rule's prediction can be checked against each; the overhead
+    // figure is the chosen one's.
+    double dense_s = 0, unmaterialised_s = 0;
+    {
       const auto t1 = Clock::now();
       ttmm::DenseMerge<> merge(m, chosen, origin);
       merge.restore();
-      cost += seconds_since(t1);
-    } else {
+      dense_s = seconds_since(t1);
+    }
+    {
       const auto t1 = Clock::now();
       models::AttachedAdapters<float> att(m, chosen, models::LoraMode::unmerged);
-      cost += seconds_since(t1);
+      unmaterialised_s = seconds_since(t1);
       const double with = decode_token_seconds(m, 8);
       const auto t2 = Clock::now();
       att.remove();
-      cost += seconds_since(t2) + 100.0 * std::max(0.0, with - base_token);
+      unmaterialised_s += seconds_since(t2) + 100.0 * std::max(0.0, with - base_token);
     }
+    const double cost = t_select + (mode == ttmm::MergeMode::dense ? dense_s : unmaterialised_s);
     std::printf("ttmm_overhead_tokens_%ld: %.3f\nttmm_overhead_%ld_s: %.4f\nttmm_mode_%ld: %d\n", long(n), cost / base_token,
                 long(n), cost, long(n), mode == ttmm::MergeMode::dense ? 0 : 1);
+    std::printf("ttmm_select_%ld_s: %.6f\n", long(n), t_select);
+    std::printf("ttmm_dense_%ld_s: %.4f\nttmm_dense_predicted_%ld_s: %.4f\n", long(n), dense_s, long(n), predicted.dense_s);
+    std::printf("ttmm_unmaterialised_%ld_s: %.4f\nttmm_unmaterialised_predicted_%ld_s: %.4f\n", long(n), unmaterialised_s,
+                long(n), predicted.unmaterialised_s);
   }
   std::fprintf(stderr, "(%ld layers, %ld experts, %d threads)\n", long(layers), long(n_experts), threads);
   return 0;

@@ -17,14 +17,19 @@
 //     where R = sum r_k; decode at batch 1 streams the factors once per token, so (b) is priced
 //     by bytes, (a) by FLOPs. Dense wins for long generations and few, large modules' deltas.
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ttmoe/models/llama_lora.hpp"
+#include "ttmoe/moe/lora_merge.hpp"
+#include "ttmoe/ops/linear.hpp"
 #include "ttmoe/ttmm/exact_merge.hpp"
 #include "ttmoe/ttmm/expert_cache.hpp"
 #include "ttmoe/ttmm/selection.hpp"
@@ -40,14 +45,28 @@ enum class MergeMode {
 
 /// Measured costs behind the automatic choice.
 struct MergeCosts {
-  double gemm_flops_per_second = 0;     ///< dense merge GEMMs (B_cat A_cat)
-  double lowrank_bytes_per_second = 0;  ///< batch-1 application of the stacked factors
+  double gemm_flops_per_second = 0;     ///< dense merge GEMMs (W += B_cat A_cat)
+  double lowrank_bytes_per_second = 0;  ///< batch-1 application of stacked factors streamed from memory
 };
 
-/// Times a representative merge GEMM and a batch-1 low-rank application on device D.
+/// Bytes of stacked factors the low-rank calibration streams per pass: 4x the 32 MiB L3 of the
+/// largest CPUs it is meant for, so no factor is still cached when its next use comes round, as in
+/// decode, where every token streams sum_modules R (in + out) 4 bytes (450 MB at Llama-3.2-1B widths,
+/// 4 layers, R = 640). Factors that fit in cache (the first calibration's 4 MiB) measured several
+/// times the rate decode sees, and the rule then chose the unmaterialised adapter where a dense
+/// merge was 2-3x cheaper (#15, docs/design.md "TTMM serving").
+inline constexpr std::size_t lowrank_calibration_bytes = std::size_t(128) << 20;
+
+/// Times the two calls the rule prices, at the shapes they run at, on device D:
+///  - the dense merge's GEMM, W [2048, 2048] += B [2048, 256] A [256, 2048] (moe::add_merged_delta,
+///    beta = 1, best of 3);
+///  - decode's unmerged update, y = r + (x A^T) B^T for one row x (the two ops::linear calls
+///    nn::Linear makes), over 16 factor pairs of rank 512 at width 2048, 128 MiB in all, one after
+///    another as decode walks the layers (best of 3 passes, each pass reading every pair once).
 template <class D = cpu>
 MergeCosts measure_merge_costs() {
   using clock = std::chrono::steady_clock;
+  using Mat = Tensor<float, DynShape<2>, D>;
   auto best_of = [](int reps, auto&& f) {
     double best = 1e30;
     for (int i = 0; i < reps; ++i) {
@@ -57,18 +76,31 @@ MergeCosts measure_merge_costs() {
     }
     return best;
   };
-  const index_t n = 1024, r = 256, wide = 2048;
-  auto fill = [](index_t a, index_t b) {
-    std::vector<float> v(std::size_t(a * b));
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-    return Tensor<float, DynShape<2>, D>::from_host(DynShape<2>(a, b), v);
-  };
+  // Constant values: the timings do not depend on them, and a fill is cheaper than a pattern.
   autograd::NoGrad ng;
-  const auto B = fill(n, r), A = fill(r, n);
-  const double t_gemm = best_of(3, [&] { (void)matmul(B, A).to_vector(); });
-  const auto x = fill(1, wide), Aw = fill(r, wide), Bw = fill(wide, r);
-  const double t_low = best_of(5, [&] { (void)matmul<false, true>(matmul<false, true>(x, Aw), Bw).to_vector(); });
-  return {2.0 * double(n) * double(r) * double(n) / t_gemm, double(r) * double(2 * wide) * 4.0 / t_low};
+  const index_t wide = 2048, r_merge = 256, r_low = 512;
+  auto W = Mat::full(DynShape<2>(wide, wide), 0.5f);
+  const moe::StackedLoRA<float, D> merge{Mat::full(DynShape<2>(r_merge, wide), 1e-3f),
+                                         Mat::full(DynShape<2>(wide, r_merge), 1e-3f)};
+  const double t_gemm = best_of(3, [&] {
+    moe::add_merged_delta(W, merge);
+    if constexpr (!std::is_same_v<D, cpu>) (void)W.to_vector();  // wait for an asynchronous device
+  });
+  const std::size_t pair_bytes = std::size_t(2 * r_low * wide) * sizeof(float);
+  const std::size_t pairs = lowrank_calibration_bytes / pair_bytes;
+  std::vector<Mat> As, Bs;
+  for (std::size_t i = 0; i < pairs; ++i) {
+    As.push_back(Mat::full(DynShape<2>(r_low, wide), 1e-3f));
+    Bs.push_back(Mat::full(DynShape<2>(wide, r_low), 1e-3f));
+  }
+  const auto x = Mat::full(DynShape<2>(1, wide), 1.f);
+  const Tensor<float, DynShape<1>, D> none;
+  const double t_low = best_of(3, [&] {
+    Mat y = x;
+    for (std::size_t i = 0; i < pairs; ++i) y = linear(linear(x, As[i], none), Bs[i], none, y);
+    if constexpr (!std::is_same_v<D, cpu>) (void)y.to_vector();
+  });
+  return {2.0 * double(wide) * double(r_merge) * double(wide) / t_gemm, double(pairs * pair_bytes) / t_low};
 }
 
 /// The measured costs on device D, taken on the first call and cached for the process.
@@ -80,12 +112,17 @@ const MergeCosts& calibrate_merge_costs() {
   return costs;
 }
 
-/// The automatic rule (see the header comment): dense when its one-off cost is below the
-/// per-token cost of the unmaterialised adapter times `tokens`. `shapes` are the [out, in] of the
-/// adapted modules, `total_rank` R = sum r_k.
-/// `mapped_restore`: the restore copies from the mapped checkpoint instead of a second GEMM.
-inline MergeMode choose_merge_mode(const models::LinearShapes& shapes, index_t total_rank, index_t tokens,
-                                   const MergeCosts& costs, bool mapped_restore = false) {
+/// What the automatic rule predicts each mode costs, in seconds.
+struct MergeEstimate {
+  double dense_s = 0;           ///< merge GEMMs + restore (GEMM or copy from the mapping)
+  double unmaterialised_s = 0;  ///< `tokens` x one batch-1 pass over the stacked factors
+};
+
+/// The costs of the header comment for the modules `shapes` ([out, in] each), total rank R = sum r_k
+/// and `tokens` tokens. `mapped_restore`: the restore copies from the mapped checkpoint instead of
+/// a second GEMM.
+inline MergeEstimate estimate_merge_costs(const models::LinearShapes& shapes, index_t total_rank, index_t tokens,
+                                          const MergeCosts& costs, bool mapped_restore = false) {
   const double gemms = mapped_restore ? 1.0 : 2.0;
   double flops = 0, bytes = 0, restore_bytes = 0;
   for (const auto& [name, s] : shapes) {
@@ -93,9 +130,16 @@ inline MergeMode choose_merge_mode(const models::LinearShapes& shapes, index_t t
     bytes += double(total_rank) * double(s.first + s.second) * 4.0;
     if (mapped_restore) restore_bytes += 8.0 * double(s.first) * double(s.second);
   }
-  const double dense = flops / costs.gemm_flops_per_second + restore_bytes / costs.lowrank_bytes_per_second;
-  const double unmaterialised = double(tokens) * bytes / costs.lowrank_bytes_per_second;
-  return dense < unmaterialised ? MergeMode::dense : MergeMode::unmaterialised;
+  return {flops / costs.gemm_flops_per_second + restore_bytes / costs.lowrank_bytes_per_second,
+          double(tokens) * bytes / costs.lowrank_bytes_per_second};
+}
+
+/// The automatic rule (see the header comment): dense when its one-off cost is below the
+/// per-token cost of the unmaterialised adapter times `tokens` (estimate_merge_costs).
+inline MergeMode choose_merge_mode(const models::LinearShapes& shapes, index_t total_rank, index_t tokens,
+                                   const MergeCosts& costs, bool mapped_restore = false) {
+  const auto e = estimate_merge_costs(shapes, total_rank, tokens, costs, mapped_restore);
+  return e.dense_s < e.unmaterialised_s ? MergeMode::dense : MergeMode::unmaterialised;
 }
 
 template <class D>
