@@ -23,8 +23,11 @@
 // With --checkpoint DIR the base model is saved there as a BF16 HF folder (Llama-3.2-1B ships in
 // BF16) unless DIR/model.safetensors exists, loaded back with models::load_llama and kept mapped
 // (ttmm::MappedBaseWeights) for the restores and the automatic choice.
+// --arithmetic bf16 runs the overhead's dense merges with BF16 products (ttmm::MergeArithmetic::
+// bf16_products, for the BF16 checkpoint; needs --checkpoint); the merge figure above stays F32, the
+// arithmetic of the PEFT peer. Both dense variants are printed either way (ttmm_dense_f32/bf16_<n>_s).
 //   bench_ttmm_merge [--layers 4] [--experts 10] [--threads 2] [--write-experts DIR] [--overhead 3,10]
-//                    [--checkpoint DIR]
+//                    [--checkpoint DIR] [--arithmetic f32|bf16]
 
 #include <algorithm>
 #include <cmath>
@@ -112,6 +115,7 @@ int main(int argc, char** argv) {
   index_t layers = 4, n_experts = 10;
   int threads = 2;
   std::string write_dir, checkpoint;
+  ttmm::MergeArithmetic arithmetic = ttmm::MergeArithmetic::f32;
   std::vector<index_t> overhead{3, 10};
   for (int i = 1; i < argc; ++i) {
     auto next = [&] {
@@ -126,6 +130,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--threads")) threads = std::stoi(next());
     else if (!std::strcmp(argv[i], "--write-experts")) write_dir = next();
     else if (!std::strcmp(argv[i], "--checkpoint")) checkpoint = next();
+    else if (!std::strcmp(argv[i], "--arithmetic")) {
+      const auto a = next();
+      if (a != "f32" && a != "bf16") {
+        std::fprintf(stderr, "bench_ttmm_merge: --arithmetic is f32 or bf16, not %s\n", a.c_str());
+        return 2;
+      }
+      arithmetic = a == "bf16" ? ttmm::MergeArithmetic::bf16_products : ttmm::MergeArithmetic::f32;
+    }
     else if (!std::strcmp(argv[i], "--overhead")) {
       overhead.clear();
       const auto s = next();
@@ -206,8 +218,10 @@ int main(int argc, char** argv) {
   }
   const auto centroids = Tensor<float, DynShape<2>>::from_host(DynShape<2>(K, d), cents);
   const auto& costs = ttmm::calibrate_merge_costs();
-  std::printf("calibrated_gemm_gflops: %.2f\ncalibrated_lowrank_gbs: %.2f\n", costs.gemm_flops_per_second * 1e-9,
+  std::printf("calibrated_gemm_gflops: %.2f\ncalibrated_gemm_bf16_gflops: %.2f\ncalibrated_lowrank_gbs: %.2f\n",
+              costs.gemm_flops_per_second * 1e-9, costs.gemm_bf16_flops_per_second * 1e-9,
               costs.lowrank_bytes_per_second * 1e-9);
+  std::printf("ttmm_arithmetic_bf16: %d\n", arithmetic == ttmm::MergeArithmetic::bf16_products ? 1 : 0);
   for (const index_t n : overhead) {
     if (n > n_experts) continue;
     // The query: the normalised mean of the first n centroids, so the rule keeps exactly those.
@@ -227,17 +241,21 @@ int main(int argc, char** argv) {
     std::vector<models::WeightedAdapter<float>> chosen;
     for (std::size_t i = 0; i < sel.experts.size(); ++i) chosen.push_back({&experts[sel.experts[i]], sel.weights[i]});
     models::LinearShapes shapes = models::linear_shapes(m);
-    const auto predicted = ttmm::estimate_merge_costs(shapes, 64 * n, 100, costs, origin != nullptr);
-    const auto mode = ttmm::choose_merge_mode(shapes, 64 * n, 100, costs, origin != nullptr);
-    // Both paths are measured, so the rule's prediction can be checked against each; the overhead
-    // figure is the chosen one's.
-    double dense_s = 0, unmaterialised_s = 0;
-    {
+    // The bench's checkpoint is BF16, so bf16 arithmetic applies to every module (with --checkpoint).
+    const bool bf16 = origin && arithmetic == ttmm::MergeArithmetic::bf16_products;
+    const auto predicted = ttmm::estimate_merge_costs(shapes, 64 * n, 100, costs, origin != nullptr, bf16);
+    const auto mode = ttmm::choose_merge_mode(shapes, 64 * n, 100, costs, origin != nullptr, bf16);
+    // Both paths (and the dense merge in both arithmetics) are measured, so the rule's prediction can
+    // be checked against each; the overhead figure is the chosen one's, in --arithmetic.
+    double dense_s = 0, dense_f32_s = 0, dense_bf16_s = 0, unmaterialised_s = 0;
+    for (const auto a : {ttmm::MergeArithmetic::f32, ttmm::MergeArithmetic::bf16_products}) {
+      if (a == ttmm::MergeArithmetic::bf16_products && !origin) continue;
       const auto t1 = Clock::now();
-      ttmm::DenseMerge<> merge(m, chosen, origin);
+      ttmm::DenseMerge<> merge(m, chosen, origin, a);
       merge.restore();
-      dense_s = seconds_since(t1);
+      (a == ttmm::MergeArithmetic::f32 ? dense_f32_s : dense_bf16_s) = seconds_since(t1);
     }
+    dense_s = bf16 ? dense_bf16_s : dense_f32_s;
     {
       const auto t1 = Clock::now();
       models::AttachedAdapters<float> att(m, chosen, models::LoraMode::unmerged);
@@ -252,6 +270,7 @@ int main(int argc, char** argv) {
                 long(n), cost, long(n), mode == ttmm::MergeMode::dense ? 0 : 1);
     std::printf("ttmm_select_%ld_s: %.6f\n", long(n), t_select);
     std::printf("ttmm_dense_%ld_s: %.4f\nttmm_dense_predicted_%ld_s: %.4f\n", long(n), dense_s, long(n), predicted.dense_s);
+    std::printf("ttmm_dense_f32_%ld_s: %.4f\nttmm_dense_bf16_%ld_s: %.4f\n", long(n), dense_f32_s, long(n), dense_bf16_s);
     std::printf("ttmm_unmaterialised_%ld_s: %.4f\nttmm_unmaterialised_predicted_%ld_s: %.4f\n", long(n), unmaterialised_s,
                 long(n), predicted.unmaterialised_s);
   }

@@ -1,16 +1,20 @@
 // TTMM at test time without reference libraries: the exact in-place merge and restore (bit-identical
 // for F32 and BF16-valued weights, with the size of the restore patch reported), dense == unmerged
 // == the explicit weight sum, expert selection (including the base-model and NaN cases) through the
-// store, the LRU cache's byte bound, and the automatic mode rule.
+// store, the LRU cache's byte bound, the automatic mode rule, and the merge with BF16 products
+// (rounding, the GEMM against a double reference, where DenseMerge uses it and what it costs in
+// precision).
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "parity.hpp"
@@ -237,11 +241,21 @@ TEST_CASE("ttmm selection through a store: weights, base model, NaN fallback, ca
 TEST_CASE("ttmm automatic mode: dense for long requests, unmaterialised for short ones", "[ttmm][merge]") {
   const models::LinearShapes shapes{{"a", {2048, 2048}}, {"b", {8192, 2048}}};
   const ttmm::MergeCosts costs{1e11, 1e10};  // 100 GFLOP/s GEMM, 10 GB/s low-rank streaming
-  // dense = 4 R (2048^2 + 8192 * 2048) / 1e11; per token = R (4096 + 10240) 4 / 1e10: break-even ~ 293 tokens.
+  // dense = 4 R (2048^2 + 8192 * 2048) / 1e11; per token = R (4096 + 10240) 4 / 1e10: break-even ~ 146 tokens.
   CHECK(ttmm::choose_merge_mode(shapes, 640, 100, costs) == ttmm::MergeMode::unmaterialised);
   CHECK(ttmm::choose_merge_mode(shapes, 640, 1000, costs) == ttmm::MergeMode::dense);
+  const auto e = ttmm::estimate_merge_costs(shapes, 640, 100, costs);
+  CHECK(e.dense_s == Approx(4.0 * 640 * (2048.0 * 2048 + 8192.0 * 2048) / 1e11));
+  CHECK(e.unmaterialised_s == Approx(100.0 * 640 * (4096 + 10240) * 4 / 1e10));
+  // BF16 products at 4x the F32 rate move the break-even from ~146 to ~37 tokens; without a measured
+  // BF16 rate (0) the F32 one prices them.
+  const ttmm::MergeCosts with_bf16{1e11, 1e10, 4e11};
+  CHECK(ttmm::choose_merge_mode(shapes, 640, 40, with_bf16, false, true) == ttmm::MergeMode::dense);
+  CHECK(ttmm::choose_merge_mode(shapes, 640, 30, with_bf16, false, true) == ttmm::MergeMode::unmaterialised);
+  CHECK(ttmm::choose_merge_mode(shapes, 640, 100, costs, false, true) == ttmm::MergeMode::unmaterialised);
   const auto& measured = ttmm::calibrate_merge_costs();
   CHECK(measured.gemm_flops_per_second > 1e8);
+  CHECK(measured.gemm_bf16_flops_per_second > 1e8);
   CHECK(measured.lowrank_bytes_per_second > 1e7);
   CHECK(&ttmm::calibrate_merge_costs() == &measured);  // cached
 }
@@ -366,5 +380,109 @@ TEST_CASE("ttmm mapped restore: a checkpoint changed on disk is never trusted", 
       merge.restore();
     }
     CHECK(bit_equal(snapshot(m), before));
+  }
+}
+
+TEST_CASE("ttmm BF16 rounding: nearest even, as io's codec, NaN kept", "[ttmm][merge]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float x : {0.f, -0.f, 1.f, 1.00390625f, 1.01171875f, -3.14159f, 1e-40f, -1e-42f, 65504.f,
+                        std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(), inf, -inf, 1e30f}) {
+    INFO("x = " << x);
+    CHECK(ttmm::detail::round_to_bf16_bits(x) == io::float_to_bf16(x));
+  }
+  CHECK(ttmm::detail::round_to_bf16_bits(1.00390625f) == 0x3f80);  // a tie: to the even neighbour 1
+  CHECK(ttmm::detail::round_to_bf16_bits(1.01171875f) == 0x3f82);  // a tie: up, to the even one
+  CHECK(std::isnan(ttmm::detail::round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(std::isnan(ttmm::detail::round_to_bf16(-std::numeric_limits<float>::signaling_NaN())));
+}
+
+TEST_CASE("ttmm BF16 merge GEMM: W + rounded factors' product with F32 sums, at awkward shapes", "[ttmm][merge]") {
+  // {out, in, R}: odd R (a half-filled last pair), columns past the tile widths, R = 800 (two
+  // k-blocks of the BF16 kernel, so the residual W joins the first only), a rank-1 product.
+  const std::vector<std::array<index_t, 3>> shapes{{37, 50, 19}, {64, 130, 33}, {9, 1000, 800}, {50, 8, 1}, {130, 70, 64}};
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> n(0.f, 1.f);
+  auto random = [&](index_t a, index_t b) {
+    std::vector<float> v(std::size_t(a * b));
+    for (auto& x : v) x = n(rng);
+    return Tensor<float, DynShape<2>>::from_host(DynShape<2>(a, b), v);
+  };
+  auto widen = [](float x) { return double(io::bf16_to_float(io::float_to_bf16(x))); };
+  for (const auto& [out, in, r] : shapes) {
+    INFO("out " << out << ", in " << in << ", R " << r);
+    auto W = random(out, in);
+    const moe::StackedLoRA<float, cpu> f{random(r, in), random(out, r)};
+    const auto w0 = W.to_vector(), a = f.A_cat.to_vector(), b = f.B_cat.to_vector();
+    ttmm::add_merged_delta_bf16(W, f);
+    const auto got = W.to_vector();
+    double worst = 0, err_rounded = 0, err_unrounded = 0;
+    for (index_t o = 0; o < out; ++o)
+      for (index_t j = 0; j < in; ++j) {
+        double want = w0[o * in + j], plain = want, scale = std::abs(want);
+        for (index_t k = 0; k < r; ++k) {
+          const double t = widen(b[o * r + k]) * widen(a[k * in + j]);
+          want += t, scale += std::abs(t), plain += double(b[o * r + k]) * a[k * in + j];
+        }
+        const double g = got[o * in + j];
+        worst = std::max(worst, std::abs(g - want) / scale);
+        err_rounded += (g - want) * (g - want), err_unrounded += (g - plain) * (g - plain);
+      }
+    CHECK(worst < 1e-5);                          // F32 sums of exact products
+    CHECK(err_rounded * 100 < err_unrounded);     // the factors really were rounded
+  }
+  Tensor<float, DynShape<2>> W(DynShape<2>(4, 5));
+  const moe::StackedLoRA<float, cpu> wrong{random(3, 6), random(4, 3)};
+  CHECK_THROWS_AS(ttmm::add_merged_delta_bf16(W, wrong), ShapeError);
+}
+
+TEST_CASE("ttmm dense merge with BF16 products: BF16 checkpoints only, within their precision, exact restore", "[ttmm][merge]") {
+  const auto c = models::LlamaConfig::from_json(ttmm_test::tiny_llama_json());
+  ScratchDir tmp("ttmm_bf16_merge");
+  for (const io::DType dtype : {io::DType::F32, io::DType::BF16}) {
+    INFO("checkpoint " << io::dtype_name(dtype));
+    std::filesystem::remove_all(tmp.path / "base");
+    {
+      models::LlamaForCausalLM<float> src(c, 7);
+      models::save_llama(src, tmp.path / "base", dtype);
+    }
+    auto m = models::load_llama<float>(tmp.path / "base");
+    const auto origin = ttmm::MappedBaseWeights::open_model_folder(tmp.path / "base");
+    REQUIRE(origin != nullptr);
+    const auto before = snapshot(m);
+    // Deltas of a few percent of W, as trained LoRA experts make (checked below).
+    auto e0 = ttmm_test::random_expert(m, 41), e1 = ttmm_test::random_expert(m, 42);
+    const std::vector<models::WeightedAdapter<float>> ws{{&e0, 0.003}, {&e1, 0.002}};
+    std::vector<std::vector<float>> f32, bf16;
+    {
+      ttmm::DenseMerge<> merge(m, ws, origin);
+      CHECK(merge.bf16_modules() == 0);
+      f32 = snapshot(m);
+    }
+    REQUIRE(bit_equal(snapshot(m), before));
+    {
+      ttmm::DenseMerge<> merge(m, ws, origin, ttmm::MergeArithmetic::bf16_products);
+      CHECK(merge.bf16_modules() == (dtype == io::DType::BF16 ? 14u : 0u));
+      bf16 = snapshot(m);
+    }
+    CHECK(bit_equal(snapshot(m), before));
+    if (dtype == io::DType::F32) {
+      CHECK(bit_equal(bf16, f32));  // F32 weights keep the F32 merge
+      continue;
+    }
+    // Against the F32 merge, the BF16 products move the merged weights by less than storing them
+    // in the checkpoint's own precision would.
+    double moved = 0, stored = 0, delta = 0, w = 0;
+    for (std::size_t i = 0; i < f32.size(); ++i)
+      for (std::size_t j = 0; j < f32[i].size(); ++j) {
+        const double x = f32[i][j];
+        moved += (bf16[i][j] - x) * (bf16[i][j] - x);
+        stored += (ttmm::detail::round_to_bf16(f32[i][j]) - x) * (ttmm::detail::round_to_bf16(f32[i][j]) - x);
+        delta += (x - before[i][j]) * (x - before[i][j]), w += double(before[i][j]) * before[i][j];
+      }
+    INFO("delta / W " << std::sqrt(delta / w) << ", BF16 products moved W by " << std::sqrt(moved / w)
+                      << ", rounding the merged W to BF16 by " << std::sqrt(stored / w));
+    CHECK(delta < 0.05 * 0.05 * w);
+    CHECK(moved > 0);
+    CHECK(moved * 100 < stored);  // norms: 10x
   }
 }

@@ -30,6 +30,7 @@
 
 #include "ttmoe/models/llama_lora.hpp"
 #include "ttmoe/moe/lora_merge.hpp"
+#include "ttmoe/ttmm/bf16_merge.hpp"
 #include "ttmoe/ttmm/mapped_weights.hpp"
 
 namespace ttmoe::ttmm {
@@ -107,8 +108,10 @@ class DenseMerge {
   /// mapping; the others (and every module without `origin`) use the GEMM + patch path. A weight
   /// whose first row differs from the file's (an adapter already merged beneath this merge, weights
   /// trained in-process) also takes the GEMM + patch path, so nested merges restore in order.
+  /// `arithmetic` bf16_products: modules merged by accumulation whose checkpoint stores BF16 run the
+  /// merge GEMM with BF16-rounded factors and F32 sums (ttmm/bf16_merge.hpp); all others stay F32.
   DenseMerge(models::LlamaForCausalLM<float, D>& m, const std::vector<models::WeightedAdapter<float, D>>& adapters,
-             std::shared_ptr<const MappedBaseWeights> origin = nullptr)
+             std::shared_ptr<const MappedBaseWeights> origin = nullptr, MergeArithmetic arithmetic = MergeArithmetic::f32)
       : modules_(models::stack_adapters(m, adapters)) {
     autograd::NoGrad ng;
     const bool mapping_usable = std::is_same_v<D, cpu> && origin && origin->unchanged();
@@ -117,7 +120,16 @@ class DenseMerge {
       const std::string tensor = name + ".weight";
       if (mapping_usable && origin->holds(tensor, W.extent(0), W.extent(1)) &&
           origin->first_row_matches(tensor, std::span<const float>(W.data(), std::size_t(W.extent(1))))) {
-        moe::add_merged_delta(W, sm.factors);
+        if constexpr (std::is_same_v<D, cpu>) {
+          if (arithmetic == MergeArithmetic::bf16_products && origin->stores_bf16(tensor)) {
+            add_merged_delta_bf16(W, sm.factors);
+            ++bf16_modules_;
+          } else {
+            moe::add_merged_delta(W, sm.factors);
+          }
+        } else {
+          moe::add_merged_delta(W, sm.factors);
+        }
         from_mapping_.insert(name);
       } else {
         undo_[name] = add_exact(W, moe::merged_delta(sm.factors));
@@ -129,7 +141,7 @@ class DenseMerge {
   DenseMerge& operator=(const DenseMerge&) = delete;
   DenseMerge(DenseMerge&& o) noexcept
       : modules_(std::move(o.modules_)), undo_(std::move(o.undo_)), from_mapping_(std::move(o.from_mapping_)),
-        origin_(std::move(o.origin_)) {
+        origin_(std::move(o.origin_)), bf16_modules_(o.bf16_modules_) {
     o.modules_.clear();
   }
   DenseMerge& operator=(DenseMerge&&) = delete;
@@ -163,6 +175,9 @@ class DenseMerge {
     origin_.reset();
   }
 
+  /// How many modules were merged with BF16 products (MergeArithmetic::bf16_products).
+  std::size_t bf16_modules() const { return bf16_modules_; }
+
   /// How many modules restore from the mapped checkpoint (the rest use GEMM + patch).
   std::size_t mapped_modules() const { return from_mapping_.size(); }
 
@@ -186,6 +201,7 @@ class DenseMerge {
   std::map<std::string, ExactUndo<float>> undo_;
   std::set<std::string> from_mapping_;             ///< modules merged by accumulation, restored from origin_
   std::shared_ptr<const MappedBaseWeights> origin_;  ///< held only while some module relies on it
+  std::size_t bf16_modules_ = 0;                    ///< modules merged with BF16 products
 };
 
 }  // namespace ttmoe::ttmm

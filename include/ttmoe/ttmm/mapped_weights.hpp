@@ -87,6 +87,11 @@ class MappedBaseWeights {
     return io::is_floating_dtype(t.dtype) && t.shape == std::vector<std::int64_t>{std::int64_t(rows), std::int64_t(cols)};
   }
 
+  /// True when the checkpoint stores `tensor` as BF16 (its values are then BF16 values in the model).
+  bool stores_bf16(const std::string& tensor) const {
+    return file_->contains(tensor) && file_->info(tensor).dtype == io::DType::BF16;
+  }
+
   /// True when the first row of the stored `tensor` ([rows, cols], see holds) equals `row0` bit for
   /// bit. A cheap guard (one row per module) that the model's weights are still the file's: a weight
   /// that already carries a merged adapter or was trained in-process differs in nearly every element,

@@ -8,7 +8,8 @@
 //      unmerged mode), no one-off cost but two thin GEMMs per Linear for every token.
 // (c) automatic: the cheaper of the two for the number of tokens the request will run, from costs
 //     measured once per process (calibrate_merge_costs, cached):
-//       dense          = g * sum over modules of 2 R out in  /  GEMM FLOP/s
+//       dense          = g * sum over modules of 2 R out in  /  GEMM FLOP/s (F32, or the BF16
+//                                                               products' rate: ttmm/bf16_merge.hpp)
 //                        + (mapped restore) sum over modules of 8 out in  /  low-rank bytes/s
 //         g = 2 (merge GEMM + restore GEMM) without a mapped checkpoint, 1 with one: the restore
 //         then reads the weights back from the mapping (4 bytes read, 4 written per element,
@@ -16,6 +17,8 @@
 //       unmaterialised = tokens * sum over modules of R (in + out) * 4 bytes  /  low-rank bytes/s
 //     where R = sum r_k; decode at batch 1 streams the factors once per token, so (b) is priced
 //     by bytes, (a) by FLOPs. Dense wins for long generations and few, large modules' deltas.
+//     Both rates are measured at the sizes they run at: the bytes/s with factors far larger than
+//     the last-level cache, since decode's factors are (see measure_merge_costs).
 
 #include <algorithm>
 #include <chrono>
@@ -45,8 +48,9 @@ enum class MergeMode {
 
 /// Measured costs behind the automatic choice.
 struct MergeCosts {
-  double gemm_flops_per_second = 0;     ///< dense merge GEMMs (W += B_cat A_cat)
-  double lowrank_bytes_per_second = 0;  ///< batch-1 application of stacked factors streamed from memory
+  double gemm_flops_per_second = 0;       ///< dense merge GEMMs (W += B_cat A_cat)
+  double lowrank_bytes_per_second = 0;    ///< batch-1 application of stacked factors streamed from memory
+  double gemm_bf16_flops_per_second = 0;  ///< the merge GEMM with BF16 products (ttmm/bf16_merge.hpp); 0: unknown
 };
 
 /// Bytes of stacked factors the low-rank calibration streams per pass: 4x the 32 MiB L3 of the
@@ -59,7 +63,7 @@ inline constexpr std::size_t lowrank_calibration_bytes = std::size_t(128) << 20;
 
 /// Times the two calls the rule prices, at the shapes they run at, on device D:
 ///  - the dense merge's GEMM, W [2048, 2048] += B [2048, 256] A [256, 2048] (moe::add_merged_delta,
-///    beta = 1, best of 3);
+///    beta = 1, best of 3), and the same with BF16 products (add_merged_delta_bf16, CPU only);
 ///  - decode's unmerged update, y = r + (x A^T) B^T for one row x (the two ops::linear calls
 ///    nn::Linear makes), over 16 factor pairs of rank 512 at width 2048, 128 MiB in all, one after
 ///    another as decode walks the layers (best of 3 passes, each pass reading every pair once).
@@ -86,6 +90,8 @@ MergeCosts measure_merge_costs() {
     moe::add_merged_delta(W, merge);
     if constexpr (!std::is_same_v<D, cpu>) (void)W.to_vector();  // wait for an asynchronous device
   });
+  double t_bf16 = t_gemm;
+  if constexpr (std::is_same_v<D, cpu>) t_bf16 = best_of(3, [&] { add_merged_delta_bf16(W, merge); });
   const std::size_t pair_bytes = std::size_t(2 * r_low * wide) * sizeof(float);
   const std::size_t pairs = lowrank_calibration_bytes / pair_bytes;
   std::vector<Mat> As, Bs;
@@ -100,7 +106,8 @@ MergeCosts measure_merge_costs() {
     for (std::size_t i = 0; i < pairs; ++i) y = linear(linear(x, As[i], none), Bs[i], none, y);
     if constexpr (!std::is_same_v<D, cpu>) (void)y.to_vector();
   });
-  return {2.0 * double(wide) * double(r_merge) * double(wide) / t_gemm, double(pairs * pair_bytes) / t_low};
+  const double flops = 2.0 * double(wide) * double(r_merge) * double(wide);
+  return {flops / t_gemm, double(pairs * pair_bytes) / t_low, flops / t_bf16};
 }
 
 /// The measured costs on device D, taken on the first call and cached for the process.
@@ -120,9 +127,11 @@ struct MergeEstimate {
 
 /// The costs of the header comment for the modules `shapes` ([out, in] each), total rank R = sum r_k
 /// and `tokens` tokens. `mapped_restore`: the restore copies from the mapped checkpoint instead of
-/// a second GEMM.
+/// a second GEMM. `bf16_products`: the merge GEMM runs with BF16 products (DenseMerge with
+/// MergeArithmetic::bf16_products on a BF16 checkpoint), priced at that rate.
 inline MergeEstimate estimate_merge_costs(const models::LinearShapes& shapes, index_t total_rank, index_t tokens,
-                                          const MergeCosts& costs, bool mapped_restore = false) {
+                                          const MergeCosts& costs, bool mapped_restore = false,
+                                          bool bf16_products = false) {
   const double gemms = mapped_restore ? 1.0 : 2.0;
   double flops = 0, bytes = 0, restore_bytes = 0;
   for (const auto& [name, s] : shapes) {
@@ -130,15 +139,17 @@ inline MergeEstimate estimate_merge_costs(const models::LinearShapes& shapes, in
     bytes += double(total_rank) * double(s.first + s.second) * 4.0;
     if (mapped_restore) restore_bytes += 8.0 * double(s.first) * double(s.second);
   }
-  return {flops / costs.gemm_flops_per_second + restore_bytes / costs.lowrank_bytes_per_second,
+  const double rate = bf16_products && costs.gemm_bf16_flops_per_second > 0 ? costs.gemm_bf16_flops_per_second
+                                                                            : costs.gemm_flops_per_second;
+  return {flops / rate + restore_bytes / costs.lowrank_bytes_per_second,
           double(tokens) * bytes / costs.lowrank_bytes_per_second};
 }
 
 /// The automatic rule (see the header comment): dense when its one-off cost is below the
 /// per-token cost of the unmaterialised adapter times `tokens` (estimate_merge_costs).
 inline MergeMode choose_merge_mode(const models::LinearShapes& shapes, index_t total_rank, index_t tokens,
-                                   const MergeCosts& costs, bool mapped_restore = false) {
-  const auto e = estimate_merge_costs(shapes, total_rank, tokens, costs, mapped_restore);
+                                   const MergeCosts& costs, bool mapped_restore = false, bool bf16_products = false) {
+  const auto e = estimate_merge_costs(shapes, total_rank, tokens, costs, mapped_restore, bf16_products);
   return e.dense_s < e.unmaterialised_s ? MergeMode::dense : MergeMode::unmaterialised;
 }
 
@@ -183,9 +194,11 @@ class TestTimeMerger {
   /// `model` and `store` must outlive the merger; `cache_bytes` bounds the experts kept in memory.
   /// `origin`: the mapped checkpoint `model` was loaded from (MappedBaseWeights::open_model_folder),
   /// so dense merges restore by copying from it; nullptr keeps the GEMM + patch restore.
+  /// `arithmetic`: the dense merges' (DenseMerge); bf16_products needs `origin` to store BF16.
   TestTimeMerger(models::LlamaForCausalLM<float, D>& model, const ExpertStore& store, std::size_t cache_bytes,
-                 std::shared_ptr<const MappedBaseWeights> origin = nullptr)
-      : model_(&model), store_(&store), cache_(store, cache_bytes), origin_(std::move(origin)) {}
+                 std::shared_ptr<const MappedBaseWeights> origin = nullptr,
+                 MergeArithmetic arithmetic = MergeArithmetic::f32)
+      : model_(&model), store_(&store), cache_(store, cache_bytes), origin_(std::move(origin)), arithmetic_(arithmetic) {}
 
   /// Selects experts for the query embedding `q` and puts them on the model for a request of
   /// `tokens` tokens in `mode` (automatic: calibrate_merge_costs and choose_merge_mode).
@@ -207,10 +220,13 @@ class TestTimeMerger {
         for (const auto& [name, m] : h->modules) adapted[name] = all.at(name);
       index_t rank = 0;
       for (const auto& h : held) rank += h->modules.empty() ? 0 : h->modules.begin()->second.rank();
-      mode = choose_merge_mode(adapted, rank, tokens, calibrate_merge_costs<D>(), origin_ && origin_->unchanged());
+      const bool mapped = origin_ && origin_->unchanged();
+      bool bf16 = mapped && arithmetic_ == MergeArithmetic::bf16_products;
+      for (const auto& [name, s] : adapted) bf16 = bf16 && origin_->stores_bf16(name + ".weight");
+      mode = choose_merge_mode(adapted, rank, tokens, calibrate_merge_costs<D>(), mapped, bf16);
     }
     a.mode_ = mode;
-    if (mode == MergeMode::dense) a.dense_ = std::make_unique<DenseMerge<D>>(*model_, weighted, origin_);
+    if (mode == MergeMode::dense) a.dense_ = std::make_unique<DenseMerge<D>>(*model_, weighted, origin_, arithmetic_);
     else a.unmerged_ = std::make_unique<models::AttachedAdapters<float, D>>(*model_, weighted, models::LoraMode::unmerged);
     return a;
   }
@@ -223,6 +239,7 @@ class TestTimeMerger {
   const ExpertStore* store_;
   ExpertCache cache_;
   std::shared_ptr<const MappedBaseWeights> origin_;
+  MergeArithmetic arithmetic_;
 };
 
 }  // namespace ttmoe::ttmm

@@ -1,0 +1,88 @@
+#pragma once
+// The dense merge's GEMM with BF16 products (#15): W [out, in] += round_bf16(B_cat) round_bf16(A_cat),
+// every product exact in F32 and every sum F32. On AVX512-BF16 CPUs it runs `vdpbf16ps`
+// (backend/cpu/gemm_bf16dot.hpp), twice the multiply-adds per instruction of the F32 FMA, so the
+// merge, which is bound by its FLOPs, takes about half the time; elsewhere the rounded factors go
+// through the F32 GEMM, so results agree across CPUs up to summation order.
+//
+// Why rounding the factors is acceptable where the base weights are BF16 (Llama-3.2-1B ships so):
+// each rounding moves a factor by at most 2^-9 of itself, so delta moves by about 2^-8 of its size,
+// and a LoRA delta is a few percent of W: the merged weight moves by ~1e-4 of W. Storing the merged
+// weight back in the checkpoint's own precision (what a BF16 PEFT merge_and_unload does) moves it by
+// up to 2^-9 of W, an order more (tests/ttmm checks this bound). Weights stored in F32 keep the F32
+// merge: there the factors' rounding would be the largest error in the model.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "ttmoe/backend/cpu/thread_pool.hpp"
+#include "ttmoe/moe/lora_merge.hpp"
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include "ttmoe/backend/cpu/gemm_bf16dot.hpp"
+#endif
+
+namespace ttmoe::ttmm {
+
+/// How a dense merge multiplies its stacked factors.
+enum class MergeArithmetic {
+  f32,           ///< F32 factors and sums everywhere (the default: PEFT's F32 merge)
+  bf16_products  ///< for weights whose mapped checkpoint stores BF16: factors rounded to BF16, F32 sums
+};
+
+namespace detail {
+
+/// x rounded to the nearest BF16 (ties to even) as its 16 bits; NaN stays a quiet NaN of x's sign.
+inline std::uint16_t round_to_bf16_bits(float x) noexcept {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40u);
+  return std::uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/// x rounded to the nearest BF16 value, as a float.
+inline float round_to_bf16(float x) noexcept {
+  const std::uint32_t u = std::uint32_t(round_to_bf16_bits(x)) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+}  // namespace detail
+
+/// W [out, in] += round_bf16(s.B_cat) round_bf16(s.A_cat) in place, F32 sums (see the header comment).
+inline void add_merged_delta_bf16(Tensor<float, DynShape<2>, cpu>& W, const moe::StackedLoRA<float, cpu>& s) {
+  if (W.extent(0) != s.B_cat.extent(0) || W.extent(1) != s.A_cat.extent(1) || s.B_cat.extent(1) != s.A_cat.extent(0))
+    throw ShapeError("add_merged_delta_bf16: W [out, in] += B_cat [out, R] A_cat [R, in] shapes differ");
+  const index_t out = W.extent(0), in = W.extent(1), r = s.A_cat.extent(0);
+  if (out == 0 || in == 0 || r == 0) return;
+#if defined(TTMOE_BF16DOT_GEMM)
+  // bf16dot computes y = round(x) w^T + residual for a BF16 w [N, K] with K's pairs in one word:
+  // x = B_cat [out, R] as it lies (rounded as it is packed), w = A_cat^T [in, R] rounded once here
+  // (R x in values against the GEMM's R x in x out multiply-adds), y = residual = W. The residual joins the first
+  // k-block's store element by element, read before the same element is written, so W may be both.
+  auto bits = std::make_shared<std::vector<std::uint16_t>>(std::size_t(in) * std::size_t(r));
+  const float* a = s.A_cat.data();
+  std::uint16_t* t = bits->data();
+  constexpr index_t tile = 32;  // a 32 x 32 block: the strided side stays within a few cache lines
+  cpu_backend::parallel_for((in + tile - 1) / tile, 1, [&](index_t b0, index_t b1) {
+    for (index_t nb = b0 * tile; nb < std::min(in, b1 * tile); nb += tile)
+      for (index_t kb = 0; kb < r; kb += tile)
+        for (index_t n = nb; n < std::min(in, nb + tile); ++n)
+          for (index_t k = kb; k < std::min(r, kb + tile); ++k)
+            t[std::size_t(n) * std::size_t(r) + std::size_t(k)] = detail::round_to_bf16_bits(a[std::size_t(k) * std::size_t(in) + std::size_t(n)]);
+  });
+  const auto at = io::Bf16Matrix::view(bits, bits->data(), in, r);
+  cpu_backend::bf16dot::linear(s.B_cat.data(), out, at, nullptr, W.data(), W.data());
+#else
+  // No vdpbf16ps: the same rounded factors through the F32 GEMM (exact products, F32 sums).
+  moe::StackedLoRA<float, cpu> rounded{Tensor<float, DynShape<2>, cpu>(s.A_cat.shape()),
+                                       Tensor<float, DynShape<2>, cpu>(s.B_cat.shape())};
+  std::transform(s.A_cat.data(), s.A_cat.data() + s.A_cat.numel(), rounded.A_cat.data(), detail::round_to_bf16);
+  std::transform(s.B_cat.data(), s.B_cat.data() + s.B_cat.numel(), rounded.B_cat.data(), detail::round_to_bf16);
+  moe::add_merged_delta(W, rounded);
+#endif
+}
+
+}  // namespace ttmoe::ttmm
