@@ -13,7 +13,9 @@
 //   gemm_peak_gflops, triad_gbs, merge_patch_fraction (restore patch entries / merged weights)
 //   base_token_s               per-token decode time of the base model (batch 1, KV cache)
 //   ttmm_overhead_tokens_<n>   (selection + merge-or-apply + restore, automatic choice for 100
-//                              generated tokens) / base_token_s, for n active experts (--overhead)
+//                              generated tokens) / base_token_s, for n active experts (--overhead),
+//                              dense merges in --arithmetic; ttmm_overhead_tokens_f32_<n> the same
+//                              with F32 merges (ttmm_mode_f32_<n> its choice)
 //   ttmm_mode_<n>              the mode the automatic rule chose (0 dense, 1 unmaterialised)
 //   ttmm_dense_<n>_s, ttmm_unmaterialised_<n>_s   both modes measured (the chosen one is the overhead),
 //   ttmm_*_predicted_<n>_s     beside what the rule predicted for each (ttmm::estimate_merge_costs)
@@ -266,6 +268,11 @@ int main(int argc, char** argv) {
       unmaterialised_s += seconds_since(t2) + 100.0 * std::max(0.0, with - base_token);
     }
     const double cost = t_select + (mode == ttmm::MergeMode::dense ? dense_s : unmaterialised_s);
+    // The same request with F32 merges (the library's default arithmetic), chosen and priced as such.
+    const auto mode_f32 = ttmm::choose_merge_mode(shapes, 64 * n, 100, costs, origin != nullptr);
+    const double cost_f32 = t_select + (mode_f32 == ttmm::MergeMode::dense ? dense_f32_s : unmaterialised_s);
+    std::printf("ttmm_overhead_tokens_f32_%ld: %.3f\nttmm_mode_f32_%ld: %d\n", long(n), cost_f32 / base_token, long(n),
+                mode_f32 == ttmm::MergeMode::dense ? 0 : 1);
     std::printf("ttmm_overhead_tokens_%ld: %.3f\nttmm_overhead_%ld_s: %.4f\nttmm_mode_%ld: %d\n", long(n), cost / base_token,
                 long(n), cost, long(n), mode == ttmm::MergeMode::dense ? 0 : 1);
     std::printf("ttmm_select_%ld_s: %.6f\n", long(n), t_select);
