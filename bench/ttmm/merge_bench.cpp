@@ -12,8 +12,12 @@
 //                              32M floats) are measured in this process
 //   gemm_peak_gflops, triad_gbs, merge_patch_fraction (restore patch entries / merged weights)
 //   base_token_s               per-token decode time of the base model (batch 1, KV cache)
+//   base_token_<n>_s           the same measured again beside the n-expert adapter, one step of each
+//                              in turn (the unit of the n-expert overhead figures); the adapter's
+//                              extra seconds per token (median difference) in
+//                              ttmm_unmaterialised_per_token_<n>_s
 //   ttmm_overhead_tokens_<n>   (selection + merge-or-apply + restore, automatic choice for 100
-//                              generated tokens) / base_token_s, for n active experts (--overhead),
+//                              generated tokens) / base_token_<n>_s, for n active experts (--overhead),
 //                              dense merges in --arithmetic; ttmm_overhead_tokens_f32_<n> the same
 //                              with F32 merges (ttmm_mode_f32_<n> its choice)
 //   ttmm_mode_<n>              the mode the automatic rule chose (0 dense, 1 unmaterialised)
@@ -109,6 +113,43 @@ double decode_token_seconds(const models::LlamaForCausalLM<float>& m, int steps)
     t.push_back(seconds_since(t0));
   }
   return bench::median(std::move(t));
+}
+
+/// Per-token decode seconds (batch 1, KV cache, 16-token prefill) of the base model and of the same
+/// model with `chosen` attached unmerged, one step of each in turn (the order swapped every round)
+/// for `rounds` rounds, so a change of load on a shared machine reaches both alike. Returns {median
+/// base step, median of the per-round differences (adapter step - base step)}.
+std::pair<double, double> paired_decode_seconds(models::LlamaForCausalLM<float>& m,
+                                                const std::vector<models::WeightedAdapter<float>>& chosen, int rounds) {
+  autograd::NoGrad ng;
+  auto base_cache = m.make_cache(1, 16 + index_t(rounds) + 1), with_cache = m.make_cache(1, 16 + index_t(rounds) + 1);
+  std::vector<std::int64_t> prompt(16);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = std::int64_t(100 + 7 * i);
+  const auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 16), prompt);
+  (void)m.forward_cached(ids, base_cache).to_vector();
+  {
+    models::AttachedAdapters<float> att(m, chosen, models::LoraMode::unmerged);
+    (void)m.forward_cached(ids, with_cache).to_vector();
+  }
+  auto step = [&](decltype(base_cache)& cache, int s) {
+    const auto t0 = Clock::now();
+    const auto h = m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 1), {std::int64_t(5 + s)}), cache);
+    (void)m.logits(h).to_vector();
+    return seconds_since(t0);
+  };
+  std::vector<double> base, diff;
+  for (int s = 0; s < rounds; ++s) {
+    double b = 0, w = 0;
+    if (s % 2 == 0) b = step(base_cache, s);
+    {
+      models::AttachedAdapters<float> att(m, chosen, models::LoraMode::unmerged);
+      w = step(with_cache, s);
+    }
+    if (s % 2 == 1) b = step(base_cache, s);
+    base.push_back(b);
+    diff.push_back(w - b);
+  }
+  return {bench::median(std::move(base)), bench::median(std::move(diff))};
 }
 
 }  // namespace
@@ -261,19 +302,21 @@ int main(int argc, char** argv) {
     {
       const auto t1 = Clock::now();
       models::AttachedAdapters<float> att(m, chosen, models::LoraMode::unmerged);
-      unmaterialised_s = seconds_since(t1);
-      const double with = decode_token_seconds(m, 8);
-      const auto t2 = Clock::now();
       att.remove();
-      unmaterialised_s += seconds_since(t2) + 100.0 * std::max(0.0, with - base_token);
+      unmaterialised_s = seconds_since(t1);
     }
+    // The base token is measured again here, beside the adapter's, and divides this n's figures: a
+    // shared machine's load drifts between the start and now.
+    const auto [base_n, extra] = paired_decode_seconds(m, chosen, 12);
+    unmaterialised_s += 100.0 * std::max(0.0, extra);
+    std::printf("base_token_%ld_s: %.4f\nttmm_unmaterialised_per_token_%ld_s: %.5f\n", long(n), base_n, long(n), extra);
     const double cost = t_select + (mode == ttmm::MergeMode::dense ? dense_s : unmaterialised_s);
     // The same request with F32 merges (the library's default arithmetic), chosen and priced as such.
     const auto mode_f32 = ttmm::choose_merge_mode(shapes, 64 * n, 100, costs, origin != nullptr);
     const double cost_f32 = t_select + (mode_f32 == ttmm::MergeMode::dense ? dense_f32_s : unmaterialised_s);
-    std::printf("ttmm_overhead_tokens_f32_%ld: %.3f\nttmm_mode_f32_%ld: %d\n", long(n), cost_f32 / base_token, long(n),
+    std::printf("ttmm_overhead_tokens_f32_%ld: %.3f\nttmm_mode_f32_%ld: %d\n", long(n), cost_f32 / base_n, long(n),
                 mode_f32 == ttmm::MergeMode::dense ? 0 : 1);
-    std::printf("ttmm_overhead_tokens_%ld: %.3f\nttmm_overhead_%ld_s: %.4f\nttmm_mode_%ld: %d\n", long(n), cost / base_token,
+    std::printf("ttmm_overhead_tokens_%ld: %.3f\nttmm_overhead_%ld_s: %.4f\nttmm_mode_%ld: %d\n", long(n), cost / base_n,
                 long(n), cost, long(n), mode == ttmm::MergeMode::dense ? 0 : 1);
     std::printf("ttmm_select_%ld_s: %.6f\n", long(n), t_select);
     std::printf("ttmm_dense_%ld_s: %.4f\nttmm_dense_predicted_%ld_s: %.4f\n", long(n), dense_s, long(n), predicted.dense_s);
