@@ -1,9 +1,10 @@
 #pragma once
 // The dense merge's GEMM with BF16 products (#15): W [out, in] += round_bf16(B_cat) round_bf16(A_cat),
 // every product exact in F32 and every sum F32. On AVX512-BF16 CPUs it runs `vdpbf16ps`
-// (backend/cpu/gemm_bf16dot.hpp), twice the multiply-adds per instruction of the F32 FMA, so the
-// merge, which is bound by its FLOPs, takes about half the time; elsewhere the rounded factors go
-// through the F32 GEMM, so results agree across CPUs up to summation order.
+// (backend/cpu/gemm_bf16dot.hpp), twice the multiply-adds per instruction of the F32 FMA: the merge
+// is bound by its FLOPs, and its GEMM ran ~1.8x, the whole merge + restore 1.4-1.6x the F32 one
+// (docs/design.md, "TTMM overhead"). Elsewhere the rounded factors go through the F32 GEMM, so
+// results agree across CPUs up to summation order.
 //
 // Why rounding the factors is acceptable where the base weights are BF16 (Llama-3.2-1B ships so):
 // each rounding moves a factor by at most 2^-9 of itself, so delta moves by about 2^-8 of its size,
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "ttmoe/backend/cpu/thread_pool.hpp"
@@ -73,7 +75,6 @@ inline void transpose_pairs_bf16(const float* a, index_t r, index_t in, std::uin
   alignas(64) std::int16_t order[32];
   alignas(64) std::int32_t rows[16];
   for (int j = 0; j < 16; ++j) order[2 * j] = std::int16_t(j), order[2 * j + 1] = std::int16_t(16 + j), rows[j] = std::int32_t(j * pairs);
-  if (std::int64_t(in) * pairs > std::int64_t(INT32_MAX)) throw ValueError("add_merged_delta_bf16: a factor too large");
   const __m512i interleave = _mm512_load_si512(order), row_offsets = _mm512_load_si512(rows);
   cpu_backend::parallel_for((in + 15) / 16, 4, [&](index_t c0, index_t c1) {
     for (index_t c = c0; c < c1; ++c) {
@@ -92,7 +93,10 @@ inline void transpose_pairs_bf16(const float* a, index_t r, index_t in, std::uin
 }  // namespace detail
 
 /// W [out, in] += round_bf16(s.B_cat) round_bf16(s.A_cat) in place, F32 sums (see the header comment).
-inline void add_merged_delta_bf16(Tensor<float, DynShape<2>, cpu>& W, const moe::StackedLoRA<float, cpu>& s) {
+/// CPU only; a template so that only a translation unit that calls it needs the CPU backend.
+template <class D>
+void add_merged_delta_bf16(Tensor<float, DynShape<2>, D>& W, const moe::StackedLoRA<float, D>& s) {
+  static_assert(std::is_same_v<D, cpu>, "ttmoe: add_merged_delta_bf16 runs on the CPU");
   if (W.extent(0) != s.B_cat.extent(0) || W.extent(1) != s.A_cat.extent(1) || s.B_cat.extent(1) != s.A_cat.extent(0))
     throw ShapeError("add_merged_delta_bf16: W [out, in] += B_cat [out, R] A_cat [R, in] shapes differ");
   const index_t out = W.extent(0), in = W.extent(1), r = s.A_cat.extent(0);
@@ -110,8 +114,8 @@ inline void add_merged_delta_bf16(Tensor<float, DynShape<2>, cpu>& W, const moe:
   cpu_backend::bf16dot::linear(s.B_cat.data(), out, at, nullptr, W.data(), W.data());
 #else
   // No vdpbf16ps: the same rounded factors through the F32 GEMM (exact products, F32 sums).
-  moe::StackedLoRA<float, cpu> rounded{Tensor<float, DynShape<2>, cpu>(s.A_cat.shape()),
-                                       Tensor<float, DynShape<2>, cpu>(s.B_cat.shape())};
+  moe::StackedLoRA<float, D> rounded{Tensor<float, DynShape<2>, D>(s.A_cat.shape()),
+                                     Tensor<float, DynShape<2>, D>(s.B_cat.shape())};
   std::transform(s.A_cat.data(), s.A_cat.data() + s.A_cat.numel(), rounded.A_cat.data(), detail::round_to_bf16);
   std::transform(s.B_cat.data(), s.B_cat.data() + s.B_cat.numel(), rounded.B_cat.data(), detail::round_to_bf16);
   moe::add_merged_delta(W, rounded);
