@@ -22,6 +22,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -100,6 +101,10 @@ int main(int argc, char** argv) {
   g->add_option("--beta", go.selection.beta, "selection temperature β")->capture_default_str()->check(CLI::PositiveNumber);
   g->add_option("--tau", go.selection.tau, "selection threshold τ")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   g->add_option("--temperature", go.temperature, "sampling temperature (0: greedy)")->capture_default_str();
+  g->add_option("--merge-arithmetic", go.merge_arithmetic,
+                "dense merge: f32, or bf16 (BF16 products, F32 sums, for a BF16 checkpoint's weights)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, ttmoe::ttmm::MergeArithmetic>{
+          {"f32", ttmoe::ttmm::MergeArithmetic::f32}, {"bf16", ttmoe::ttmm::MergeArithmetic::bf16_products}}));
 
   ttmm_example::DefaultOptions dopt;
   app.add_option("--cache", dopt.cache, "default run: the cache folder (else $TTMOE_CACHE_DIR or ~/.cache/ttmoe)");
