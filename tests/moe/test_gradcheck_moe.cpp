@@ -305,6 +305,21 @@ GRADCHECK_CASE("cosine_router clamped log_scale") {
       .variant("train, top-2 renormalised", cosine_shapes, [](const Inputs& in) { return cosine_router(in, 2, true, true); });
 }
 
+GRADCHECK_CASE("normalized_rows_matmul") {
+  // The cosine router's similarity as one op: l2_normalize<1>(h) @ c, gradients to h and c (rows of
+  // h drawn away from 0: the norm's clamp at 1e-12 is never near).
+  return Case()
+      .variant("[N, K] @ [K, E]", [](Rng& r) { const auto K = r.ext(1, 6); return Shapes{{r.ext(1, 5), K}, {K, r.ext(1, 4)}}; },
+               [](const Inputs& in) -> Output { return moe::normalized_rows_matmul(in.get<2>(0), in.get<2>(1)); })
+      .variant("h used again after (its gradient accumulates)",
+               [](Rng& r) { const auto K = r.ext(1, 6); return Shapes{{r.ext(1, 5), K}, {K, r.ext(1, 4)}}; },
+               [](const Inputs& in) -> Output {
+                 Tensor<double, DynShape<2>> h = tanh(in.get<2>(0));
+                 Tensor<double, DynShape<2>> hh = h * h;
+                 return flat_cat(moe::normalized_rows_matmul(h, in.get<2>(1)), hh);
+               });
+}
+
 GRADCHECK_CASE("l2_normalize") {
   return Case()
       .variant("rows (Axis 1)", [](Rng& r) { return Shapes{{r.ext(1, 5), r.ext(1, 6)}}; },

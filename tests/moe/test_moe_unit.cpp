@@ -4,10 +4,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "parity.hpp"
 #include "ttmoe/moe/capacity.hpp"
@@ -79,6 +82,52 @@ TEST_CASE("cosine_router init", "[moe]") {
   REQUIRE(names == std::vector<std::string>{"proj.weight", "proj.bias", "codebook", "log_scale"});
   auto o = r.forward(randn<2>(rng, {5, 10}), moe::CosineRouter<double>::draw_noise(5, 4, rng));
   REQUIRE(o.indices.extent(1) == 1);
+}
+
+TEST_CASE("normalized_rows_matmul equals l2_normalize<1>(h) @ c: values and both gradients; a zero row as torch",
+          "[moe]") {
+  // Sizes past the GEMMs' serial cut-off (GMoE's K = 256, E = 6), so the fused op's backward runs the
+  // same parallel kernels as in training; the composition it replaced is the reference.
+  std::mt19937_64 rng(12);
+  const index_t N = 300, K = 256, E = 6;
+  auto h0 = randn<2>(rng, {N, K});
+  auto hv = h0.to_vector();
+  for (index_t j = 0; j < K; ++j) hv[std::size_t(7 * K + j)] = 0.0;  // row 7 is zero: the norm's clamp
+  auto c = randn<2>(rng, {K, E});
+  const auto g = randn<2>(rng, {N, E});
+  auto run = [&](bool fused) {
+    auto h = Tensor<double, DynShape<2>>::from_host(DynShape<2>(N, K), hv);
+    auto cc = Tensor<double, DynShape<2>>::from_host(DynShape<2>(K, E), c.to_vector());
+    h.set_requires_grad();
+    cc.set_requires_grad();
+    autograd::Tape tape;
+    Tensor<double, DynShape<2>> out = fused ? moe::normalized_rows_matmul(h, cc) : matmul(moe::l2_normalize<1>(h), cc);
+    const auto values = out.to_vector();
+    Tensor<double, Shape<>> loss = sum_all(out * g);
+    autograd::backward(tape, loss);
+    return std::tuple{values, h.grad().to_vector(), cc.grad().to_vector()};
+  };
+  auto [v1, dh1, dc1] = run(true);
+  auto [v0, dh0, dc0] = run(false);
+  auto close = [](const std::vector<double>& a, const std::vector<double>& b, double tol) {
+    REQUIRE(a.size() == b.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / (1 + std::abs(b[i])));
+    return worst <= tol;
+  };
+  CHECK(close(v1, v0, 1e-13));
+  CHECK(close(dc1, dc0, 1e-12));
+  // The zero row: the composition's sqrt VJP at 0 makes NaN there; the fused op gives torch's
+  // F.normalize gradient, (g / eps) c^T (the clamp passes nothing to the norm), relative to its size.
+  const auto cv = c.to_vector(), gv = g.to_vector();
+  for (index_t j = 0; j < K; ++j) {
+    double want = 0;
+    for (index_t e = 0; e < E; ++e) want += gv[std::size_t(7 * E + e)] * cv[std::size_t(j * E + e)] / 1e-12;
+    CHECK(std::abs(dh1[std::size_t(7 * K + j)] / want - 1) < 1e-12);
+  }
+  for (index_t j = 0; j < K; ++j) dh1[std::size_t(7 * K + j)] = dh0[std::size_t(7 * K + j)] = 0;
+  CHECK(close(dh1, dh0, 1e-12));
+  CHECK_THROWS_AS(moe::normalized_rows_matmul(h0, randn<2>(rng, {K + 1, E})), ShapeError);
 }
 
 // ---- MoE-FFN: capacity with top-k, generic routers, upcycling, dropping, configuration errors -------
