@@ -84,7 +84,7 @@ TEST_CASE("cosine_router init", "[moe]") {
   REQUIRE(o.indices.extent(1) == 1);
 }
 
-TEST_CASE("normalized_rows_matmul equals l2_normalize<1>(h) @ c: values and both gradients; a zero row as torch",
+TEST_CASE("normalized_rows_matmul equals l2_normalize<1>(h) @ c: values and both gradients, a zero row as torch",
           "[moe]") {
   // Sizes past the GEMMs' serial cut-off (GMoE's K = 256, E = 6), so the fused op's backward runs the
   // same parallel kernels as in training; the composition it replaced is the reference.

@@ -15,11 +15,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "ttmoe/backend/cpu/thread_pool.hpp"
+#include "ttmoe/io/safetensors_float16.hpp"
 #include "ttmoe/moe/lora_merge.hpp"
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #include "ttmoe/backend/cpu/gemm_bf16dot.hpp"
@@ -35,21 +35,8 @@ enum class MergeArithmetic {
 
 namespace detail {
 
-/// x rounded to the nearest BF16 (ties to even) as its 16 bits; NaN stays a quiet NaN of x's sign.
-inline std::uint16_t round_to_bf16_bits(float x) noexcept {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40u);
-  return std::uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/// x rounded to the nearest BF16 value, as a float.
-inline float round_to_bf16(float x) noexcept {
-  const std::uint32_t u = std::uint32_t(round_to_bf16_bits(x)) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+/// x rounded to the nearest BF16 value (io's codec: ties to even, NaN kept), as a float.
+inline float round_to_bf16(float x) noexcept { return io::bf16_to_float(io::float_to_bf16(x)); }
 
 /// t [in, R] = A [R, in]^T rounded to BF16: 32 x 32 blocks, so the strided side stays within a
 /// few cache lines (any R; the vector path below needs R even).
@@ -60,7 +47,7 @@ inline void transpose_bf16(const float* a, index_t r, index_t in, std::uint16_t*
       for (index_t kb = 0; kb < r; kb += tile)
         for (index_t n = nb; n < std::min(in, nb + tile); ++n)
           for (index_t k = kb; k < std::min(r, kb + tile); ++k)
-            t[std::size_t(n) * std::size_t(r) + std::size_t(k)] = round_to_bf16_bits(a[std::size_t(k) * std::size_t(in) + std::size_t(n)]);
+            t[std::size_t(n) * std::size_t(r) + std::size_t(k)] = io::float_to_bf16(a[std::size_t(k) * std::size_t(in) + std::size_t(n)]);
   });
 }
 
