@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ttmoe/backend/backend.hpp"
 #include "ttmoe/core/error.hpp"
 #include "ttmoe/core/tensor.hpp"
 
@@ -38,6 +39,11 @@ struct KVCache {
   /// Forgets every sequence (the storage is kept for the next prompts).
   void reset() { std::fill(lengths.begin(), lengths.end(), 0); }
 };
+
+/// From this many new tokens per step kv_cache_attention hands the attention to the backend's blocked
+/// kernel (FusedCachedAttentionBackend) where it has one; fewer (decode) keep the query-by-query loop
+/// below, whose per-query cost is a single pass over the keys and values.
+inline constexpr index_t kCachedAttentionMinRows = 16;
 
 namespace detail {
 /// q . k in float with 8 independent partial sums (the compiler vectorises them; one running sum
@@ -77,6 +83,12 @@ void kv_cache_attention(KVCache<T, D>& cache, index_t layer, const T* q, const T
         std::copy_n(k_new + ((b * KV + h) * t + i) * hd, hd, kc + dst);
         std::copy_n(v_new + ((b * t + i) * KV + h) * hd, hd, vc + dst);
       }
+  if constexpr (FusedCachedAttentionBackend<D, T>) {
+    if (t >= kCachedAttentionMinRows) {  // a prompt: blocked GEMMs on every thread
+      Backend<D>::cached_causal_gqa_attention_forward(q, kc, vc, cache.lengths.data(), B, H, KV, t, Tm, hd, scale, out);
+      return;
+    }
+  }
   std::vector<float> p;
   std::vector<float> acc(static_cast<std::size_t>(hd));
   for (index_t b = 0; b < B; ++b)
