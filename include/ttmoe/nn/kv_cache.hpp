@@ -25,10 +25,14 @@ struct KVCache {
   std::vector<index_t> lengths;    ///< positions filled per sequence (the next token's position)
 
   KVCache() = default;
-  /// Allocates (uninitialised: only written positions are read) a cache for `batch` sequences.
+  /// Allocates a cache for `batch` sequences, zero-filled. Only written positions are ever read; the
+  /// fill is there so the pages are mapped now and not by the first prompt's stores: with transparent
+  /// huge pages each store into a fresh 2 MiB page zeroes all of it, so a 512-token prefill into a
+  /// 2048-position cache would pay for zeroing the whole cache (~6% of that prefill, docs/design.md),
+  /// and a cache is made once and reset() for the next prompts.
   KVCache(index_t layers, index_t batch, index_t kv_heads, index_t capacity, index_t head_dim)
-      : k(DynShape<5>(layers, batch, kv_heads, capacity, head_dim)),
-        v(DynShape<5>(layers, batch, kv_heads, capacity, head_dim)),
+      : k(Tensor<T, DynShape<5>, D>::zeros(DynShape<5>(layers, batch, kv_heads, capacity, head_dim))),
+        v(Tensor<T, DynShape<5>, D>::zeros(DynShape<5>(layers, batch, kv_heads, capacity, head_dim))),
         lengths(static_cast<std::size_t>(batch), 0) {}
 
   index_t layers() const { return k.extent(0); }
