@@ -4,7 +4,9 @@
 // decode step streams them front to back. Every sequence has its own length (no padding tokens are
 // attended): prompts of different lengths are prefilled together right-padded, and the padded tail
 // is simply overwritten by the next decode step. Inference only (never recorded on a tape); the
-// kernel runs on host-accessible memory (the CPU backend).
+// kernel runs on host-accessible memory (the CPU backend). A step of many tokens (a prompt) goes to
+// the backend's blocked kernel where it has one (FusedCachedAttentionBackend); decode steps keep the
+// query-by-query loop here.
 
 #include <algorithm>
 #include <cmath>
