@@ -179,6 +179,91 @@ TEST_CASE("llama kv cache: prefill + incremental decode equals the full forward,
   }
 }
 
+TEST_CASE("kv cache attention: the blocked many-row path against a double reference", "[llm][cache]") {
+  // Two sequences already holding 5 and 0 positions take t new queries each: 16 (the threshold, one
+  // partial block), 64 (one full block) and 150 (two full blocks and a partial one), 2 kv heads
+  // shared by 3 query heads each, head_dim 8. The reference is the definition in double.
+  const index_t B = 2, KV = 2, G = 3, H = KV * G, hd = 8, Tm = 160;
+  const float scale = 0.35f;
+  for (index_t t : {index_t(16), index_t(64), index_t(150)}) {
+    nn::KVCache<float> cache(1, B, KV, Tm, hd);
+    cache.lengths = {5, 0};
+    std::mt19937 rng{static_cast<unsigned>(t)};
+    std::normal_distribution<float> nd(0.f, 1.f);
+    auto fill = [&](index_t n) {
+      std::vector<float> v(static_cast<std::size_t>(n));
+      for (auto& x : v) x = nd(rng);
+      return v;
+    };
+    // Positions already in the cache (only sequence 0 has any), then the new q, k [B, *, t, hd] and v [B, t, KV, hd].
+    for (index_t h = 0; h < KV; ++h)
+      for (index_t i = 0; i < 5 * hd; ++i) {
+        cache.k.data()[h * Tm * hd + i] = nd(rng);
+        cache.v.data()[h * Tm * hd + i] = nd(rng);
+      }
+    const auto q = fill(B * H * t * hd), k = fill(B * KV * t * hd), v = fill(B * t * KV * hd);
+    std::vector<float> out(static_cast<std::size_t>(B * t * H * hd), std::nanf(""));
+    nn::kv_cache_attention(cache, 0, q.data(), k.data(), v.data(), out.data(), H, t, scale);
+    double worst = 0;
+    for (index_t b = 0; b < B; ++b)
+      for (index_t h = 0; h < H; ++h) {
+        const float* kh = cache.k.data() + (b * KV + h / G) * Tm * hd;
+        const float* vh = cache.v.data() + (b * KV + h / G) * Tm * hd;
+        for (index_t i = 0; i < t; ++i) {
+          const index_t n = cache.lengths[std::size_t(b)] + i + 1;
+          std::vector<double> s(static_cast<std::size_t>(n));
+          double mx = -INFINITY, sum = 0;
+          for (index_t j = 0; j < n; ++j) {
+            double d = 0;
+            for (index_t e = 0; e < hd; ++e) d += double(q[std::size_t(((b * H + h) * t + i) * hd + e)]) * kh[j * hd + e];
+            s[std::size_t(j)] = d * scale;
+            mx = std::max(mx, s[std::size_t(j)]);
+          }
+          for (auto& x : s) sum += (x = std::exp(x - mx));
+          for (index_t e = 0; e < hd; ++e) {
+            double o = 0;
+            for (index_t j = 0; j < n; ++j) o += s[std::size_t(j)] * vh[j * hd + e];
+            const float got = out[std::size_t((b * t + i) * H * hd + h * hd + e)];
+            worst = std::max(worst, std::isnan(got) ? INFINITY : std::abs(double(got) - o / sum));
+          }
+        }
+      }
+    INFO(t << " new rows: worst |blocked - reference| " << worst);
+    CHECK(worst <= 2e-6);  // outputs are convex combinations of N(0, 1) values: float rounding only
+    // The new keys and values landed after each sequence's old positions ([B, KV, t, hd] and [B, t, KV, hd]).
+    CHECK(cache.k.data()[(1 * KV + 1) * Tm * hd + 3 * hd + 2] == k[std::size_t(((1 * KV + 1) * t + 3) * hd + 2)]);
+    CHECK(cache.v.data()[(0 * KV + 1) * Tm * hd + 7 * hd + 4] == v[std::size_t(((0 * t + 2) * KV + 1) * hd + 4)]);
+  }
+}
+
+TEST_CASE("llama kv cache: a long prompt, then a long continuation, equal the full forward", "[llm][cache]") {
+  // 130 tokens: a prefill of 40 (the blocked attention, one partial block), then 90 more continuing
+  // at position 40 (blocked, two blocks), then nothing else; both against the full forward.
+  auto j = tiny_json();
+  j["max_position_embeddings"] = 160;
+  const LlamaConfig c = LlamaConfig::from_json(j);
+  models::LlamaForCausalLM<float> m(c, 11);
+  const index_t T = 130, first = 40, V = c.vocab_size;
+  std::vector<std::int64_t> ids;
+  for (index_t i = 0; i < T; ++i) ids.push_back((13 * i + 1) % V);
+  const auto full = host(m.forward(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, T), ids)));
+  auto cache = m.make_cache(1, T);
+  const std::vector<std::int64_t> a(ids.begin(), ids.begin() + first), b(ids.begin() + first, ids.end());
+  const auto la = host(m.logits(m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, first), a), cache)));
+  const auto lb = host(m.logits(m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, T - first), b), cache)));
+  CHECK(cache.lengths[0] == T);
+  double worst = 0, scale = 0;
+  for (index_t i = 0; i < T; ++i)
+    for (index_t v = 0; v < V; ++v) {
+      const float got = i < first ? la[std::size_t(i * V + v)] : lb[std::size_t((i - first) * V + v)];
+      const float want = full[std::size_t(i * V + v)];
+      worst = std::max(worst, double(std::abs(got - want)));
+      scale = std::max(scale, double(std::abs(want)));
+    }
+  INFO("worst |cached - full| " << worst << " of max |logit| " << scale);
+  CHECK(worst <= 1e-5 * scale);
+}
+
 TEST_CASE("llama hf folder: save_llama then load_llama, f32 exact and bf16 rounded", "[llm][io]") {
   const LlamaConfig c = tiny(true);
   models::LlamaForCausalLM<float> m(c, 3);

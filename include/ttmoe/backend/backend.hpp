@@ -116,6 +116,15 @@ concept FusedCausalAttentionBackend = requires(const T* c, T* m, index_t n, T s)
   Backend<D>::causal_gqa_attention_backward(c, c, c, c, n, n, n, n, n, s, m, s, m, s, m, s);
 };
 
+/// Option: causal grouped-query attention of t new queries over a KV cache (`cached_causal_gqa_attention_forward(q,
+/// kc, vc, lengths, B, H, KV, t, Tm, hd, scale, out)`: q [B, H, t, hd], kc and vc [B, KV, Tm, hd]
+/// holding positions 0 .. lengths[b] + t - 1, out [B, t, H hd]; nn/kv_cache.hpp's layout). Inference
+/// only. Backends without it get nn::kv_cache_attention's query-by-query loop, with the same results.
+template <class D, class T>
+concept FusedCachedAttentionBackend = requires(const T* c, const index_t* l, T* m, index_t n, T s) {
+  Backend<D>::cached_causal_gqa_attention_forward(c, c, c, l, n, n, n, n, n, n, s, m);
+};
+
 /// Option: whole-row gathers by a row index (`gather_rows(x, idx, out, row, m)`: out[j, :] =
 /// x[idx[j], :] for j < m, rows of `row` elements; `scatter_add_rows(dx, g, idx, row, m)`: dx[idx[j], :]
 /// += g[j, :], deterministic, several j may hit one row). index_select and its VJP use them with the

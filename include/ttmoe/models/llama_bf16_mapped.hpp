@@ -24,6 +24,7 @@
 #include "ttmoe/core/device.hpp"
 #include "ttmoe/io/bf16_matrix.hpp"
 #include "ttmoe/io/safetensors.hpp"
+#include "ttmoe/io/safetensors_mmap.hpp"
 #include "ttmoe/models/llama.hpp"
 #include "ttmoe/nn/checkpoint.hpp"
 
@@ -32,14 +33,17 @@ namespace ttmoe::models {
 namespace detail {
 
 /// The BF16 bits of the 2-D tensor `key` of `src`: a view into the mapping (kept alive by
-/// `owner`) when stored BF16 and 2-byte aligned, else a converted, owned copy.
+/// `owner`) when stored BF16 and 2-byte aligned, its pages mapped in now (io::detail::prefault_read),
+/// else a converted, owned copy.
 template <class F>
 io::Bf16Matrix mapped_bf16(const F& src, const std::shared_ptr<const void>& owner, const std::string& key) {
   const io::TensorInfo& t = src.info(key);
   const index_t rows = index_t(t.shape[0]), cols = index_t(t.shape[1]);
   const auto addr = reinterpret_cast<std::uintptr_t>(t.bytes.data());
-  if (t.dtype == io::DType::BF16 && addr % alignof(std::uint16_t) == 0)
+  if (t.dtype == io::DType::BF16 && addr % alignof(std::uint16_t) == 0) {
+    io::detail::prefault_read(t.bytes);  // the pages now, not as the first forward's page faults
     return io::Bf16Matrix::view(owner, reinterpret_cast<const std::uint16_t*>(t.bytes.data()), rows, cols);
+  }
   std::vector<float> values(t.numel());
   src.template read_as<float>(key, std::span<float>(values));
   return io::Bf16Matrix::from_floats(values.data(), rows, cols);

@@ -4,7 +4,9 @@
 // decode step streams them front to back. Every sequence has its own length (no padding tokens are
 // attended): prompts of different lengths are prefilled together right-padded, and the padded tail
 // is simply overwritten by the next decode step. Inference only (never recorded on a tape); the
-// kernel runs on host-accessible memory (the CPU backend).
+// kernel runs on host-accessible memory (the CPU backend). A step of many tokens (a prompt) goes to
+// the backend's blocked kernel where it has one (FusedCachedAttentionBackend); decode steps keep the
+// query-by-query loop here.
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ttmoe/backend/backend.hpp"
 #include "ttmoe/core/error.hpp"
 #include "ttmoe/core/tensor.hpp"
 
@@ -24,10 +27,14 @@ struct KVCache {
   std::vector<index_t> lengths;    ///< positions filled per sequence (the next token's position)
 
   KVCache() = default;
-  /// Allocates (uninitialised: only written positions are read) a cache for `batch` sequences.
+  /// Allocates a cache for `batch` sequences, zero-filled. Only written positions are ever read; the
+  /// fill is there so the pages are mapped now and not by the first prompt's stores: with transparent
+  /// huge pages each store into a fresh 2 MiB page zeroes all of it, so a 512-token prefill into a
+  /// 2048-position cache would pay for zeroing the whole cache (~6% of that prefill, docs/design.md),
+  /// and a cache is made once and reset() for the next prompts.
   KVCache(index_t layers, index_t batch, index_t kv_heads, index_t capacity, index_t head_dim)
-      : k(DynShape<5>(layers, batch, kv_heads, capacity, head_dim)),
-        v(DynShape<5>(layers, batch, kv_heads, capacity, head_dim)),
+      : k(Tensor<T, DynShape<5>, D>::zeros(DynShape<5>(layers, batch, kv_heads, capacity, head_dim))),
+        v(Tensor<T, DynShape<5>, D>::zeros(DynShape<5>(layers, batch, kv_heads, capacity, head_dim))),
         lengths(static_cast<std::size_t>(batch), 0) {}
 
   index_t layers() const { return k.extent(0); }
@@ -38,6 +45,11 @@ struct KVCache {
   /// Forgets every sequence (the storage is kept for the next prompts).
   void reset() { std::fill(lengths.begin(), lengths.end(), 0); }
 };
+
+/// From this many new tokens per step kv_cache_attention hands the attention to the backend's blocked
+/// kernel (FusedCachedAttentionBackend) where it has one; fewer (decode) keep the query-by-query loop
+/// below, whose per-query cost is a single pass over the keys and values.
+inline constexpr index_t kCachedAttentionMinRows = 16;
 
 namespace detail {
 /// q . k in float with 8 independent partial sums (the compiler vectorises them; one running sum
@@ -77,6 +89,12 @@ void kv_cache_attention(KVCache<T, D>& cache, index_t layer, const T* q, const T
         std::copy_n(k_new + ((b * KV + h) * t + i) * hd, hd, kc + dst);
         std::copy_n(v_new + ((b * t + i) * KV + h) * hd, hd, vc + dst);
       }
+  if constexpr (FusedCachedAttentionBackend<D, T>) {
+    if (t >= kCachedAttentionMinRows) {  // a prompt: blocked GEMMs on every thread
+      Backend<D>::cached_causal_gqa_attention_forward(q, kc, vc, cache.lengths.data(), B, H, KV, t, Tm, hd, scale, out);
+      return;
+    }
+  }
   std::vector<float> p;
   std::vector<float> acc(static_cast<std::size_t>(hd));
   for (index_t b = 0; b < B; ++b)

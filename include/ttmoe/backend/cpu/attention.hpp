@@ -151,6 +151,44 @@ struct AttentionKernels {
     });
   }
 
+  /// Query rows per work item of cached_causal_gqa_attention_forward: a 64 x 2048 score block (512
+  /// KiB at the longest cache) stays in L2 from the GEMM that writes it to the one that reads it, and
+  /// 64 rows keep the masked triangle a GEMM computes past the diagonal small (a 64 x 32 average).
+  static constexpr index_t kCachedQueryBlock = 64;
+
+  /// Causal grouped-query attention of t new queries per sequence over a KV cache (the many-row
+  /// inference path, e.g. a prompt's prefill): q [B, H, t, hd]; kc, vc [B, KV, Tm, hd] already hold
+  /// the t new keys and values at positions lengths[b] .. lengths[b] + t - 1; query i of sequence b
+  /// attends to positions 0 .. lengths[b] + i. out [B, t, H hd]. Why blocked GEMMs: one query at a
+  /// time (nn/kv_cache.hpp's loop) reads all of a head's keys and values per query from one thread;
+  /// here a block of 64 queries shares each key and value as the packed GEMM's operand, the blocks
+  /// run on every pool thread (taken from a counter, longest first), and a block's scores stop at its
+  /// last query's position, so the causal upper half is skipped except inside the diagonal block.
+  template <class T>
+  static void cached_causal_gqa_attention_forward(const T* q, const T* kc, const T* vc, const index_t* lengths,
+                                                  index_t B, index_t H, index_t KV, index_t t, index_t Tm,
+                                                  index_t hd, T scale, T* out) {
+    const index_t G = H / KV, QB = kCachedQueryBlock, blocks = (t + QB - 1) / QB, ldo = H * hd;
+    index_t longest = 0;
+    for (index_t b = 0; b < B; ++b) longest = std::max(longest, lengths[b] + t);
+    ThreadPool::instance().parallel_items(B * H * blocks, [&] {
+      return [&, scratch = make_buffer<T, cpu>(std::min(QB, t) * longest)](index_t item) {
+        // Items run last block first: those hold the most keys, so the tail of the job is short ones.
+        const index_t blk = blocks - 1 - item / (B * H), bh = item % (B * H), b = bh / H, h = bh % H;
+        const index_t i0 = blk * QB, m = std::min(QB, t - i0), first = lengths[b] + i0, n = first + m;
+        const T* kh = kc + (b * KV + h / G) * Tm * hd;
+        const T* vh = vc + (b * KV + h / G) * Tm * hd;
+        T* p = scratch->data();
+        GemmKernels::serial_gemm(false, true, m, n, hd, scale, q + (bh * t + i0) * hd, hd, kh, hd, T(0), p, n);
+        for (index_t r = 0; r < m; ++r) {  // row r sees keys 0 .. first + r; exactly 0 past them
+          detail::softmax_row(p + r * n, p + r * n, first + r + 1);
+          std::fill(p + r * n + first + r + 1, p + (r + 1) * n, T(0));
+        }
+        GemmKernels::serial_gemm(false, false, m, hd, n, T(1), p, n, vh, hd, T(0), out + (b * t + i0) * ldo + h * hd, ldo);
+      };
+    });
+  }
+
   /// Its VJP from g = dL/d(out) [B, T, H hd]: each of dq, dk, dv (null: not wanted) is written
   /// (its beta 0) or added to (beta 1). One parallel region over (sample, kv head), each running the
   /// query heads that share it one after another, so a task owns its dk and dv rows (no races, no

@@ -28,7 +28,8 @@ static_assert(BackendFor<cpu, float> && BackendFor<cpu, double>, "ttmoe: Backend
 // The CPU's fast paths: losing one would silently fall back to the composed ops.
 static_assert(FusedAttentionBackend<cpu, float> && FusedPackedAttentionBackend<cpu, float> &&
                   FusedCausalAttentionBackend<cpu, float> &&
-                  FusedCausalAttentionBackend<cpu, double> && GemmEpilogueBackend<cpu, float>,
+                  FusedCausalAttentionBackend<cpu, double> && FusedCachedAttentionBackend<cpu, float> &&
+                  GemmEpilogueBackend<cpu, float>,
               "ttmoe: Backend<cpu> lost a fused attention or its GEMM epilogue");
 
 }  // namespace ttmoe
