@@ -314,14 +314,15 @@ TEST_CASE("bf16 activations: linear_bf16 rounds x to BF16 either side of the GEM
 }
 
 TEST_CASE("bf16 batch-1 group: one parallel region gives each weight's linear_bf16 output bit for bit", "[llm][bf16]") {
-  // The decode step's q | k | v and gate | up run as one group (cpu_backend::linear_bf16_gemv_group);
-  // each output must be exactly linear_bf16's at one row, whichever arithmetic, thread count, part
-  // sizes (not multiples of the 4-row pass or the 16-row grain) and biases, and an odd width or
-  // mixed arithmetics must fall back to the weights one by one.
+  // The decode step's q | k | v and gate | up run as one group (cpu_backend::linear_bf16_gemv_group,
+  // rows in items from a shared counter); each output must be exactly what the one-weight kernels
+  // give at one row, whichever arithmetic, thread count, part sizes (not multiples of the 4-row
+  // pass or of an item) and biases, and an odd width or mixed arithmetics must fall back to the
+  // weights one by one.
   const std::size_t threads_before = cpu_backend::num_threads();
   using A = io::Bf16Arithmetic;
   for (std::size_t nt : {std::size_t(1), std::size_t(2)})
-    for (index_t in : {index_t(7), index_t(64), index_t(530)})
+    for (index_t in : {index_t(7), index_t(64), index_t(530), index_t(8192)})  // 8192: several items per weight
       for (int mode = 0; mode < 3; ++mode) {  // exact, bf16, mixed (first exact, the rest bf16)
         cpu_backend::set_num_threads(nt);
         const std::array<index_t, 3> outs{37, 5, 70};
@@ -340,7 +341,10 @@ TEST_CASE("bf16 batch-1 group: one parallel region gives each weight's linear_bf
           got[i].assign(std::size_t(outs[i]), -1.f);
           want[i].assign(std::size_t(outs[i]), -2.f);
           const float* b = biases[i].empty() ? nullptr : biases[i].data();
-          cpu_backend::linear_bf16(x.data(), 1, ws[i], b, nullptr, want[i].data());
+          // The one-weight kernels under their own static split (linear_bf16 itself now sends a
+          // single row through the group).
+          if (ws[i].arithmetic == A::exact) cpu_backend::linear_bf16_exact(x.data(), 1, ws[i], b, nullptr, want[i].data());
+          else cpu_backend::linear_bf16_rounded(x.data(), 1, ws[i], b, nullptr, want[i].data());
           parts.push_back({&ws[i], b, got[i].data()});
         }
         cpu_backend::linear_bf16_gemv_group(x.data(), parts);

@@ -279,21 +279,18 @@ inline void linear_bf16_rounded(const float* x, index_t rows, const io::Bf16Matr
   linear_bf16_exact(xr.data(), rows, w, bias, residual, y);
 }
 
-/// y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]) for r < rows; x [rows, w.cols],
-/// y and residual [rows, w.rows]; bias and residual may be null. `w.arithmetic` picks exact F32
-/// activations (linear_bf16_exact) or BF16-rounded ones (linear_bf16_rounded).
-inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
-                        float* y) {
-  if (w.arithmetic == io::Bf16Arithmetic::bf16_activations) linear_bf16_rounded(x, rows, w, bias, residual, y);
-  else linear_bf16_exact(x, rows, w, bias, residual, y);
-}
-
-/// One product of a batch-1 group (linear_bf16_gemv_group): y [w->rows] = x w^T (+ bias).
+/// One product of a batch-1 group (linear_bf16_gemv_group): y [w->rows] = x w^T (+ bias) (+ residual).
 struct Bf16GemvPart {
   const io::Bf16Matrix* w = nullptr;
-  const float* bias = nullptr;  ///< [w->rows] or null
+  const float* bias = nullptr;      ///< [w->rows] or null
   float* y = nullptr;
+  const float* residual = nullptr;  ///< [w->rows] or null
 };
+
+/// Weight bytes per work item of a batch-1 GEMV (linear_bf16_gemv_group): 64 rows of a 2048-wide
+/// BF16 matrix, 16 of an 8192-wide one; a few microseconds of streaming, so the items' counter costs
+/// nothing and a thread the host deschedules holds up at most one item.
+inline constexpr index_t kGemvItemBytes = index_t(256) << 10;
 
 /// y_i = x W_i^T (+ b_i) for ONE activation row x and several BF16 weights that read it (attention's
 /// q | k | v, SwiGLU's gate | up) in ONE parallel region: x is split or rounded once and the threads
@@ -301,33 +298,39 @@ struct Bf16GemvPart {
 /// end-of-job wait instead of one per weight (docs/design.md, helper decode16). Each output is
 /// bit-identical to linear_bf16's at one row: the same kernel computes every row in the same order.
 /// Weights of different widths or arithmetics, or an odd width with exact arithmetic, run one by
-/// one through linear_bf16.
+/// one through linear_bf16's kernels. linear_bf16 sends every single row here.
 inline void linear_bf16_gemv_group(const float* x, std::span<const Bf16GemvPart> parts) {
   if (parts.empty()) return;
   const io::Bf16Matrix& w0 = *parts[0].w;
   bool same = w0.cols > 0;
-  index_t total = 0;
-  for (const auto& p : parts) {
-    same = same && p.w->cols == w0.cols && p.w->arithmetic == w0.arithmetic;
-    total += p.w->rows;
-  }
+  for (const auto& p : parts) same = same && p.w->cols == w0.cols && p.w->arithmetic == w0.arithmetic;
   const bool rounded = w0.arithmetic == io::Bf16Arithmetic::bf16_activations;
-  // Every thread walks the parts that overlap its share [b, e) of the concatenated rows.
+  // Items of whole rows, kGemvItemBytes of weight each, taken from a shared counter
+  // (ThreadPool::parallel_items): a thread slowed or descheduled by the host hands its remaining
+  // items to the other instead of keeping it waiting at the end of the job, and a worker that is
+  // not awake yet when the caller has done every item is not waited for.
   auto run = [&](auto&& rows_of) {
-    parallel_for(total, 16, [&](index_t b, index_t e) {
-      index_t base = 0;
-      for (const auto& p : parts) {
-        const index_t lo = std::max(b, base), hi = std::min(e, base + p.w->rows);
-        if (lo < hi) rows_of(p, lo - base, hi - base);
-        base += p.w->rows;
-      }
+    const index_t chunk = std::max<index_t>(16, kGemvItemBytes / (2 * w0.cols));
+    index_t items = 0;
+    for (const auto& p : parts) items += (p.w->rows + chunk - 1) / chunk;
+    ThreadPool::instance().parallel_items(items, [&] {
+      return [&](index_t item) {
+        for (const auto& p : parts) {
+          const index_t n = (p.w->rows + chunk - 1) / chunk;
+          if (item < n) {
+            rows_of(p, item * chunk, std::min(p.w->rows, (item + 1) * chunk));
+            return;
+          }
+          item -= n;
+        }
+      };
     });
   };
 #if defined(TTMOE_BF16DOT_GEMM)
   if (same && rounded) {
     std::vector<std::uint16_t> xb(std::size_t((w0.cols + bf16dot::kGemvStep - 1) / bf16dot::kGemvStep * bf16dot::kGemvStep));
     bf16dot::round_row(x, w0.cols, xb.data());
-    run([&](const Bf16GemvPart& p, index_t o0, index_t o1) { bf16dot::gemv_rows(xb.data(), *p.w, p.bias, nullptr, p.y, o0, o1); });
+    run([&](const Bf16GemvPart& p, index_t o0, index_t o1) { bf16dot::gemv_rows(xb.data(), *p.w, p.bias, p.residual, p.y, o0, o1); });
     return;
   }
 #endif
@@ -336,10 +339,27 @@ inline void linear_bf16_gemv_group(const float* x, std::span<const Bf16GemvPart>
     std::vector<float> xr(rounded ? std::size_t(w0.cols) : 0), split(std::size_t(w0.cols));
     for (std::size_t i = 0; i < xr.size(); ++i) xr[i] = io::bf16_to_float(io::float_to_bf16(x[i]));
     detail::split_even_odd(rounded ? xr.data() : x, w0.cols, split.data());
-    run([&](const Bf16GemvPart& p, index_t o0, index_t o1) { detail::bf16_gemv_range(split.data(), *p.w, p.bias, nullptr, p.y, o0, o1); });
+    run([&](const Bf16GemvPart& p, index_t o0, index_t o1) { detail::bf16_gemv_range(split.data(), *p.w, p.bias, p.residual, p.y, o0, o1); });
     return;
   }
-  for (const auto& p : parts) linear_bf16(x, 1, *p.w, p.bias, nullptr, p.y);
+  for (const auto& p : parts) {
+    if (p.w->arithmetic == io::Bf16Arithmetic::bf16_activations) linear_bf16_rounded(x, 1, *p.w, p.bias, p.residual, p.y);
+    else linear_bf16_exact(x, 1, *p.w, p.bias, p.residual, p.y);
+  }
+}
+
+/// y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]) for r < rows; x [rows, w.cols],
+/// y and residual [rows, w.rows]; bias and residual may be null. `w.arithmetic` picks exact F32
+/// activations (linear_bf16_exact) or BF16-rounded ones (linear_bf16_rounded).
+inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
+                        float* y) {
+  if (rows == 1) {  // decode: the batch-1 schedule (one part)
+    const Bf16GemvPart part{&w, bias, y, residual};
+    linear_bf16_gemv_group(x, std::span<const Bf16GemvPart>(&part, 1));
+    return;
+  }
+  if (w.arithmetic == io::Bf16Arithmetic::bf16_activations) linear_bf16_rounded(x, rows, w, bias, residual, y);
+  else linear_bf16_exact(x, rows, w, bias, residual, y);
 }
 
 }  // namespace ttmoe::cpu_backend
@@ -392,7 +412,7 @@ std::array<Tensor<float, DynShape<S::rank>, cpu>, N> linear_bf16_group(
     auto e = x.shape().extents();
     e[S::rank - 1] = ws[i]->rows;
     out[i] = Tensor<float, DynShape<S::rank>, cpu>(DynShape<S::rank>::from_extents(e, "linear_bf16"));
-    parts[i] = {ws[i], biases[i]->defined() ? biases[i]->data() : nullptr, out[i].data()};
+    parts[i] = {ws[i], biases[i]->defined() ? biases[i]->data() : nullptr, out[i].data(), nullptr};
   }
   cpu_backend::linear_bf16_gemv_group(x.data(), std::span<const cpu_backend::Bf16GemvPart>(parts));
   return out;
