@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -309,6 +310,67 @@ TEST_CASE("bf16 activations: linear_bf16 rounds x to BF16 either side of the GEM
   CHECK(models::parse_bf16_arithmetic("exact") == io::Bf16Arithmetic::exact);
   CHECK(models::parse_bf16_arithmetic("bf16") == io::Bf16Arithmetic::bf16_activations);
   CHECK_THROWS_AS(models::parse_bf16_arithmetic("fp8"), ValueError);
+  cpu_backend::set_num_threads(threads_before);
+}
+
+TEST_CASE("bf16 batch-1 group: one parallel region gives each weight's linear_bf16 output bit for bit", "[llm][bf16]") {
+  // The decode step's q | k | v and gate | up run as one group (cpu_backend::linear_bf16_gemv_group,
+  // rows in items from a shared counter); each output must be exactly what the one-weight kernels
+  // give at one row, whichever arithmetic, thread count, part sizes (not multiples of the 4-row
+  // pass or of an item) and biases, and an odd width or mixed arithmetics must fall back to the
+  // weights one by one.
+  const std::size_t threads_before = cpu_backend::num_threads();
+  using A = io::Bf16Arithmetic;
+  for (std::size_t nt : {std::size_t(1), std::size_t(2)})
+    for (index_t in : {index_t(7), index_t(64), index_t(530), index_t(8192)})  // 8192: several items per weight
+      for (int mode = 0; mode < 3; ++mode) {  // exact, bf16, mixed (first exact, the rest bf16)
+        cpu_backend::set_num_threads(nt);
+        const std::array<index_t, 3> outs{37, 5, 70};
+        const auto x = random_values(std::size_t(in), 90 + in);
+        std::vector<io::Bf16Matrix> ws;
+        std::vector<std::vector<float>> biases;
+        for (std::size_t i = 0; i < outs.size(); ++i) {
+          const auto w = random_values(std::size_t(outs[i] * in), 100 + i);
+          ws.push_back(io::Bf16Matrix::from_floats(w.data(), outs[i], in));
+          ws.back().arithmetic = mode == 0 || (mode == 2 && i == 0) ? A::exact : A::bf16_activations;
+          biases.push_back(i == 1 ? std::vector<float>{} : random_values(std::size_t(outs[i]), 200 + i));
+        }
+        std::vector<std::vector<float>> got(outs.size()), want(outs.size());
+        std::vector<cpu_backend::Bf16GemvPart> parts;
+        for (std::size_t i = 0; i < outs.size(); ++i) {
+          got[i].assign(std::size_t(outs[i]), -1.f);
+          want[i].assign(std::size_t(outs[i]), -2.f);
+          const float* b = biases[i].empty() ? nullptr : biases[i].data();
+          // The one-weight kernels under their own static split (linear_bf16 itself now sends a
+          // single row through the group).
+          if (ws[i].arithmetic == A::exact) cpu_backend::linear_bf16_exact(x.data(), 1, ws[i], b, nullptr, want[i].data());
+          else cpu_backend::linear_bf16_rounded(x.data(), 1, ws[i], b, nullptr, want[i].data());
+          parts.push_back({&ws[i], b, got[i].data()});
+        }
+        cpu_backend::linear_bf16_gemv_group(x.data(), parts);
+        INFO("threads " << nt << " in " << in << " mode " << mode);
+        for (std::size_t i = 0; i < outs.size(); ++i) CHECK(got[i] == want[i]);
+      }
+  // The tensor entry point: one row grouped, three rows weight by weight, a wrong width named.
+  cpu_backend::set_num_threads(2);
+  const index_t in = 96;
+  const auto w0 = random_values(std::size_t(40 * in), 301), w1 = random_values(std::size_t(24 * in), 302);
+  const io::Bf16Matrix W0 = io::Bf16Matrix::from_floats(w0.data(), 40, in), W1 = io::Bf16Matrix::from_floats(w1.data(), 24, in);
+  const Tensor<float, DynShape<1>> none;
+  const auto bias = Tensor<float, DynShape<1>>::from_host(DynShape<1>(24), std::vector<float>(24, 0.5f));
+  for (index_t rows : {index_t(1), index_t(3)}) {
+    const auto xv = random_values(std::size_t(rows * in), 303);
+    const auto x = Tensor<float, DynShape<3>>::from_host(DynShape<3>(1, rows, in), xv);
+    const auto [y0, y1] = linear_bf16_group(x, std::array<const io::Bf16Matrix*, 2>{&W0, &W1},
+                                            std::array<const Tensor<float, DynShape<1>>*, 2>{&none, &bias});
+    CHECK((y0.extent(1) == rows && y0.extent(2) == 40 && y1.extent(1) == rows && y1.extent(2) == 24));
+    CHECK(y0.to_vector() == linear_bf16(x, W0, none).to_vector());
+    CHECK(y1.to_vector() == linear_bf16(x, W1, bias).to_vector());
+  }
+  const auto narrow_x = Tensor<float, DynShape<2>>::from_host(DynShape<2>(1, in - 2), random_values(std::size_t(in - 2), 304));
+  CHECK_THROWS_AS(linear_bf16_group(narrow_x, std::array<const io::Bf16Matrix*, 1>{&W0},
+                                    std::array<const Tensor<float, DynShape<1>>*, 1>{&none}),
+                  ShapeError);
   cpu_backend::set_num_threads(threads_before);
 }
 

@@ -176,6 +176,23 @@ TEST_CASE("llama kv cache: prefill + incremental decode equals the full forward,
     // Full cache: the next step is a clear error, not an overrun.
     std::vector<std::int64_t> one{1, 1};
     CHECK_THROWS_AS(m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(2, 1), one), cache), ValueError);
+    // The cached attention splits its (sequence, head) items over the pool's threads: one thread and
+    // two give the same prefill and decode outputs bit for bit.
+    auto cached_run = [&](std::size_t threads) {
+      cpu_backend::set_num_threads(threads);
+      auto c2 = m.make_cache(2, T);
+      auto out = host(m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(2, 6), pre), c2));
+      for (index_t i = 6; i < T; ++i) {
+        std::vector<std::int64_t> next{a[std::size_t(i)], b[std::size_t(i)]};
+        const auto l = host(m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(2, 1), next), c2));
+        out.insert(out.end(), l.begin(), l.end());
+      }
+      return out;
+    };
+    const std::size_t threads_before = cpu_backend::num_threads();
+    const auto one_thread = cached_run(1), two_threads = cached_run(2);
+    cpu_backend::set_num_threads(threads_before);
+    CHECK(one_thread == two_threads);
   }
 }
 

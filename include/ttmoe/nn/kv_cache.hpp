@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ttmoe/backend/backend.hpp"
+#include "ttmoe/backend/cpu/thread_pool.hpp"
 #include "ttmoe/core/error.hpp"
 #include "ttmoe/core/tensor.hpp"
 
@@ -95,10 +96,13 @@ void kv_cache_attention(KVCache<T, D>& cache, index_t layer, const T* q, const T
       return;
     }
   }
-  std::vector<float> p;
-  std::vector<float> acc(static_cast<std::size_t>(hd));
-  for (index_t b = 0; b < B; ++b)
-    for (index_t h = 0; h < H; ++h) {
+  // One item per (sequence, query head), taken from a shared counter by the pool's threads, each
+  // with its own scratch: every item's arithmetic is the serial loop's, so the result does not depend
+  // on the threads. Why parallel: at batch 1 this ran on the calling thread alone while the other
+  // waited, about 5-8% of a 1B model's decode step at 512-640 positions (docs/design.md, decode16).
+  cpu_backend::ThreadPool::instance().parallel_items(B * H, [&] {
+    return [&, p = std::vector<float>(), acc = std::vector<float>(static_cast<std::size_t>(hd))](index_t item) mutable {
+      const index_t b = item / H, h = item % H;
       const T* kh = kc + (b * KV + h / g) * Tm * hd;
       const T* vh = vc + (b * KV + h / g) * Tm * hd;
       for (index_t i = 0; i < t; ++i) {
@@ -121,7 +125,8 @@ void kv_cache_attention(KVCache<T, D>& cache, index_t layer, const T* q, const T
         T* o = out + (b * t + i) * H * hd + h * hd;
         for (index_t e = 0; e < hd; ++e) o[e] = static_cast<T>(acc[std::size_t(e)] / sum);
       }
-    }
+    };
+  });
 }
 
 }  // namespace ttmoe::nn

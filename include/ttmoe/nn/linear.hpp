@@ -88,6 +88,12 @@ struct Linear : Callable<Linear<T, D>> {
     if (weight_bf16.defined()) return with_delta(x, bf16_forward(x, &residual));
     return with_delta(x, linear(x, weight, bias, residual));
   }
+  /// The BF16 weight for an inference call that runs it outside forward() (nn::linear_group's
+  /// batch-1 group): refuses a recording tape as forward() does. Only when weight_bf16 is defined.
+  const io::Bf16Matrix& bf16_weight_for_inference() const {
+    refuse_recording_bf16("nn::Linear", bf16_name_);
+    return weight_bf16;
+  }
   /// Whether a low-rank update is attached.
   bool has_delta() const { return delta_A.defined(); }
   /// forward(x) with the update's first product x delta_A^T given as `xa` [..., R]: the base output

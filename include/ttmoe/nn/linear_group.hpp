@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "ttmoe/nn/linear.hpp"
@@ -26,6 +27,19 @@ std::array<Tensor<T, DynShape<S::rank>, D>, N> linear_group(const Tensor<T, S, D
                                                             const std::array<const Linear<T, D>*, N>& layers) {
   static_assert(S::rank >= 2, "ttmoe: linear_group needs x of rank >= 2 ([..., in])");
   std::array<Tensor<T, DynShape<S::rank>, D>, N> out;
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
+    // BF16-resident layers without updates: one call, which runs a decode step's projections as ONE
+    // parallel region (backend/cpu/linear_bf16.hpp's linear_bf16_group, found by argument-dependent
+    // lookup as Linear's linear_bf16 is).
+    bool bf16 = true;
+    for (const auto* l : layers) bf16 = bf16 && l->weight_bf16.defined() && !l->has_delta();
+    if (bf16) {
+      std::array<const io::Bf16Matrix*, N> ws;
+      std::array<const Tensor<T, DynShape<1>, D>*, N> biases;
+      for (std::size_t i = 0; i < N; ++i) ws[i] = &layers[i]->bf16_weight_for_inference(), biases[i] = &layers[i]->bias;
+      return linear_bf16_group(x, ws, biases);
+    }
+  }
   const index_t in = x.extent(S::rank - 1);
   bool shared = N > 1;
   for (const auto* l : layers)

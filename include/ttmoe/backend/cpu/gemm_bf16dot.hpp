@@ -205,17 +205,32 @@ inline void linear(const float* x, index_t rows, const io::Bf16Matrix& w, const 
   else run(packed::WideTile{});
 }
 
-/// Batch 1 (decode): y[o] = round_bf16(x) . w[o] (+ bias[o]) (+ residual[o]) for one activation row,
-/// `vdpbf16ps` on W's rows as they lie in memory (32 values per instruction, a masked load for the
-/// tail) against x rounded once; threads split the output rows, 4 weight rows per pass so 4 streams
-/// are in flight (the dot-product kernel's reason). Each pass prefetches the next pass's rows line
-/// for line: a 2048-wide BF16 row is one 4 KiB page, the hardware prefetcher stops at page ends and
-/// so would restart on every row (1.16x on one thread in a loaded A/B, docs/design.md). Measured against that kernel in
-/// bench_bf16_decode (docs/design.md): at batch 1 both wait on memory.
-inline void gemv(const float* x, const io::Bf16Matrix& w, const float* bias, const float* residual, float* y) {
-  const index_t K = w.cols, steps = (K + 31) / 32;
-  std::vector<std::uint16_t> xb(std::size_t(steps) * 32, 0);
-  for (index_t k = 0; k < K; ++k) xb[std::size_t(k)] = io::float_to_bf16(x[k]);
+/// Values of x per `vdpbf16ps` step of the batch-1 GEMV: one zmm of BF16.
+inline constexpr index_t kGemvStep = 32;
+
+/// x [K] rounded to BF16 (nearest even, `vcvtneps2bf16`, as the GEMM packs x) into `xb`, which
+/// holds whole steps: ceil(K / kGemvStep) * kGemvStep values, zero past K. Vectorised because it
+/// runs once per projection per token, serially before the threads start: the scalar
+/// io::float_to_bf16 loop took about 2.5% of a decode step (docs/design.md, helper decode16).
+inline void round_row(const float* x, index_t K, std::uint16_t* xb) {
+  const index_t padded = (K + kGemvStep - 1) / kGemvStep * kGemvStep;
+  for (index_t k = 0; k < padded; k += 16) {
+    const index_t live = K > k ? std::min<index_t>(16, K - k) : 0;
+    const __mmask16 m = live == 16 ? __mmask16(0xFFFF) : __mmask16((1u << live) - 1u);
+    const __m256bh r = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + k));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xb + k), reinterpret_cast<__m256i>(r));
+  }
+}
+
+/// Output rows [o0, o1) of the batch-1 product y[o] = xb . w[o] (+ bias[o]) (+ residual[o]), xb from
+/// round_row: `vdpbf16ps` on W's rows as they lie in memory (32 values per instruction, a masked
+/// load for the tail), 4 weight rows per pass so 4 streams are in flight (the dot-product kernel's
+/// reason). Each pass prefetches the next pass's rows line for line: a 2048-wide BF16 row is one
+/// 4 KiB page, the hardware prefetcher stops at page ends and so would restart on every row (1.16x
+/// on one thread in a loaded A/B, docs/design.md). Serial: the callers split the rows over threads.
+inline void gemv_rows(const std::uint16_t* xb, const io::Bf16Matrix& w, const float* bias, const float* residual,
+                      float* y, index_t o0, index_t o1) {
+  const index_t K = w.cols, steps = (K + kGemvStep - 1) / kGemvStep;
   const __mmask32 tail = K % 32 == 0 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (K % 32)) - 1u);
   auto finish = [&](index_t o, __m512 acc) {
     float v = _mm512_reduce_add_ps(acc);
@@ -223,35 +238,43 @@ inline void gemv(const float* x, const io::Bf16Matrix& w, const float* bias, con
     if (residual) v += residual[o];
     y[o] = v;
   };
-  parallel_for(w.rows, 16, [&](index_t o0, index_t o1) {
-    constexpr index_t R = 4;
-    index_t o = o0;
-    auto rows_pass = [&]<index_t NW>(std::integral_constant<index_t, NW>) {
-      // Two accumulators per row (even and odd steps): independent chains hide vdpbf16ps' latency.
-      __m512 acc[NW][2];
-      for (index_t j = 0; j < NW; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
-      // The rows of the next pass (this thread's, else this pass's again: a no-op on cached lines).
-      const std::uint16_t* next = w.bits + (o + NW + R <= o1 ? o + NW : o) * K;
-      auto step = [&](index_t s, int slot, __mmask32 m) {
-        const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb.data() + 32 * s));
+  constexpr index_t R = 4;
+  index_t o = o0;
+  auto rows_pass = [&]<index_t NW>(std::integral_constant<index_t, NW>) {
+    // Two accumulators per row (even and odd steps): independent chains hide vdpbf16ps' latency.
+    __m512 acc[NW][2];
+    for (index_t j = 0; j < NW; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+    // The rows of the next pass (this range's, else this pass's again: a no-op on cached lines).
+    const std::uint16_t* next = w.bits + (o + NW + R <= o1 ? o + NW : o) * K;
+    auto step = [&](index_t s, int slot, __mmask32 m) {
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + 32 * s));
 #pragma GCC unroll 4
-        for (index_t j = 0; j < NW; ++j) {
-          _mm_prefetch(reinterpret_cast<const char*>(next + j * K + 32 * s), _MM_HINT_T0);
-          acc[j][slot] = _mm512_dpbf16_ps(
-              acc[j][slot], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(m, w.bits + (o + j) * K + 32 * s)), xv);
-        }
-      };
-      const __mmask32 all = __mmask32(0xFFFFFFFFu);
-      index_t s = 0;
-      for (; s + 2 < steps; s += 2) step(s, 0, all), step(s + 1, 1, all);
-      for (; s + 1 < steps; ++s) step(s, 0, all);
-      step(s, 1, tail);  // the last step: masked, so no read passes the row
-      for (index_t j = 0; j < NW; ++j) finish(o + j, _mm512_add_ps(acc[j][0], acc[j][1]));
-      o += NW;
+      for (index_t j = 0; j < NW; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + j * K + 32 * s), _MM_HINT_T0);
+        acc[j][slot] = _mm512_dpbf16_ps(
+            acc[j][slot], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(m, w.bits + (o + j) * K + 32 * s)), xv);
+      }
     };
-    while (o + R <= o1) rows_pass(std::integral_constant<index_t, R>{});
-    while (o < o1) rows_pass(std::integral_constant<index_t, 1>{});
-  });
+    const __mmask32 all = __mmask32(0xFFFFFFFFu);
+    index_t s = 0;
+    for (; s + 2 < steps; s += 2) step(s, 0, all), step(s + 1, 1, all);
+    for (; s + 1 < steps; ++s) step(s, 0, all);
+    step(s, 1, tail);  // the last step: masked, so no read passes the row
+    for (index_t j = 0; j < NW; ++j) finish(o + j, _mm512_add_ps(acc[j][0], acc[j][1]));
+    o += NW;
+  };
+  while (o + R <= o1) rows_pass(std::integral_constant<index_t, R>{});
+  while (o < o1) rows_pass(std::integral_constant<index_t, 1>{});
+}
+
+/// Batch 1 (decode): y[o] = round_bf16(x) . w[o] (+ bias[o]) (+ residual[o]) for one activation row,
+/// x rounded once (round_row), the threads splitting the output rows (gemv_rows). Measured against
+/// the dot-product kernel in bench_bf16_decode (docs/design.md): at batch 1 both wait on memory.
+inline void gemv(const float* x, const io::Bf16Matrix& w, const float* bias, const float* residual, float* y) {
+  if (w.cols == 0) return;
+  std::vector<std::uint16_t> xb(std::size_t((w.cols + kGemvStep - 1) / kGemvStep * kGemvStep));
+  round_row(x, w.cols, xb.data());
+  parallel_for(w.rows, 16, [&](index_t o0, index_t o1) { gemv_rows(xb.data(), w, bias, residual, y, o0, o1); });
 }
 
 }  // namespace ttmoe::cpu_backend::bf16dot

@@ -20,7 +20,9 @@
 // GEMM packs an odd depth's last column by a scalar loop, so it takes odd widths as they are).
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -130,6 +132,41 @@ inline void bf16_gemv_rows(const std::uint16_t* w, index_t half, const float* xs
   }
 }
 
+/// x [in] (in even) split into its even then its odd elements: the layout bf16_gemv_rows and
+/// bf16_row_dots read.
+inline void split_even_odd(const float* x, index_t in, float* split) {
+  const index_t half = in / 2;
+  for (index_t k = 0; k < half; ++k) {
+    split[k] = x[2 * k];
+    split[half + k] = x[2 * k + 1];
+  }
+}
+
+/// Output rows [o0, o1) of the batch-1 product y[o] = x . w[o] (+ bias[o]) (+ residual[o]) with x
+/// split (split_even_odd; w.cols even): kDecodeRows weight rows per pass, each pass prefetching the
+/// next. Serial: the callers split the rows over threads.
+inline void bf16_gemv_range(const float* split, const io::Bf16Matrix& w, const float* bias, const float* residual,
+                            float* y, index_t o0, index_t o1) {
+  constexpr index_t kDecodeRows = 4;
+  const index_t in = w.cols, half = in / 2;
+  auto finish = [&](index_t o, float acc) {
+    if (bias) acc += bias[o];
+    if (residual) acc += residual[o];
+    y[o] = acc;
+  };
+  float sums[kDecodeRows];
+  index_t o = o0;
+  for (; o + kDecodeRows <= o1; o += kDecodeRows) {
+    const index_t after = o + 2 * kDecodeRows <= o1 ? o + kDecodeRows : o;  // the next full pass
+    bf16_gemv_rows<kDecodeRows>(w.bits + o * in, half, split, sums, w.bits + after * in);
+    for (index_t j = 0; j < kDecodeRows; ++j) finish(o + j, sums[j]);
+  }
+  for (; o < o1; ++o) {
+    bf16_gemv_rows<1>(w.bits + o * in, half, split, sums, w.bits + o * in);
+    finish(o, sums[0]);
+  }
+}
+
 }  // namespace detail
 
 /// The dot-product kernel for linear_bf16 (any row count; the one that runs below
@@ -142,34 +179,16 @@ inline void linear_bf16_dot(const float* x, index_t rows, const io::Bf16Matrix& 
   // x rows split into [even | odd] halves (only when paired).
   std::vector<float> split(paired ? rows * in : 0);
   if (paired)
-    for (index_t r = 0; r < rows; ++r)
-      for (index_t k = 0; k < half; ++k) {
-        split[r * in + k] = x[r * in + 2 * k];
-        split[r * in + half + k] = x[r * in + 2 * k + 1];
-      }
+    for (index_t r = 0; r < rows; ++r) detail::split_even_odd(x + r * in, in, split.data() + r * in);
+  if (paired && rows == 1) {  // decode: a GEMV over the output features
+    parallel_for(out, 16, [&](index_t o0, index_t o1) { detail::bf16_gemv_range(split.data(), w, bias, residual, y, o0, o1); });
+    return;
+  }
   auto finish = [&](index_t r, index_t o, float acc) {
     if (bias) acc += bias[o];
     if (residual) acc += residual[r * out + o];
     y[r * out + o] = acc;
   };
-  if (paired && rows == 1) {
-    // Decode: a GEMV over the output features, kDecodeRows weight rows per pass.
-    constexpr index_t kDecodeRows = 4;
-    parallel_for(out, 16, [&](index_t o0, index_t o1) {
-      float sums[kDecodeRows];
-      index_t o = o0;
-      for (; o + kDecodeRows <= o1; o += kDecodeRows) {
-        const index_t after = o + 2 * kDecodeRows <= o1 ? o + kDecodeRows : o;  // the next full pass
-        detail::bf16_gemv_rows<kDecodeRows>(w.bits + o * in, half, split.data(), sums, w.bits + after * in);
-        for (index_t j = 0; j < kDecodeRows; ++j) finish(0, o + j, sums[j]);
-      }
-      for (; o < o1; ++o) {
-        detail::bf16_gemv_rows<1>(w.bits + o * in, half, split.data(), sums, w.bits + o * in);
-        finish(0, o, sums[0]);
-      }
-    });
-    return;
-  }
   parallel_for(out, 16, [&](index_t o0, index_t o1) {
     for (index_t o = o0; o < o1; ++o) {
       const std::uint16_t* wr = w.bits + o * in;
@@ -260,11 +279,85 @@ inline void linear_bf16_rounded(const float* x, index_t rows, const io::Bf16Matr
   linear_bf16_exact(xr.data(), rows, w, bias, residual, y);
 }
 
+/// One product of a batch-1 group (linear_bf16_gemv_group): y [w->rows] = x w^T (+ bias) (+ residual).
+struct Bf16GemvPart {
+  const io::Bf16Matrix* w = nullptr;
+  const float* bias = nullptr;      ///< [w->rows] or null
+  float* y = nullptr;
+  const float* residual = nullptr;  ///< [w->rows] or null
+};
+
+/// Weight bytes per work item of a batch-1 GEMV (linear_bf16_gemv_group): 64 rows of a 2048-wide
+/// BF16 matrix, 16 of an 8192-wide one; a few microseconds of streaming, so the items' counter costs
+/// nothing and a thread the host deschedules holds up at most one item.
+inline constexpr index_t kGemvItemBytes = index_t(256) << 10;
+
+/// y_i = x W_i^T (+ b_i) for ONE activation row x and several BF16 weights that read it (attention's
+/// q | k | v, SwiGLU's gate | up) in ONE parallel region: x is split or rounded once and the threads
+/// split the concatenated output rows, so the group costs one hand-off to the pool and one
+/// end-of-job wait instead of one per weight (docs/design.md, helper decode16). Each output is
+/// bit-identical to linear_bf16's at one row: the same kernel computes every row in the same order.
+/// Weights of different widths or arithmetics, or an odd width with exact arithmetic, run one by
+/// one through linear_bf16's kernels. linear_bf16 sends every single row here.
+inline void linear_bf16_gemv_group(const float* x, std::span<const Bf16GemvPart> parts) {
+  if (parts.empty()) return;
+  const io::Bf16Matrix& w0 = *parts[0].w;
+  bool same = w0.cols > 0;
+  for (const auto& p : parts) same = same && p.w->cols == w0.cols && p.w->arithmetic == w0.arithmetic;
+  const bool rounded = w0.arithmetic == io::Bf16Arithmetic::bf16_activations;
+  // Items of whole rows, kGemvItemBytes of weight each, taken from a shared counter
+  // (ThreadPool::parallel_items): a thread slowed or descheduled by the host hands its remaining
+  // items to the other instead of keeping it waiting at the end of the job, and a worker that is
+  // not awake yet when the caller has done every item is not waited for.
+  auto run = [&](auto&& rows_of) {
+    const index_t chunk = std::max<index_t>(16, kGemvItemBytes / (2 * w0.cols));
+    index_t items = 0;
+    for (const auto& p : parts) items += (p.w->rows + chunk - 1) / chunk;
+    ThreadPool::instance().parallel_items(items, [&] {
+      return [&](index_t item) {
+        for (const auto& p : parts) {
+          const index_t n = (p.w->rows + chunk - 1) / chunk;
+          if (item < n) {
+            rows_of(p, item * chunk, std::min(p.w->rows, (item + 1) * chunk));
+            return;
+          }
+          item -= n;
+        }
+      };
+    });
+  };
+#if defined(TTMOE_BF16DOT_GEMM)
+  if (same && rounded) {
+    std::vector<std::uint16_t> xb(std::size_t((w0.cols + bf16dot::kGemvStep - 1) / bf16dot::kGemvStep * bf16dot::kGemvStep));
+    bf16dot::round_row(x, w0.cols, xb.data());
+    run([&](const Bf16GemvPart& p, index_t o0, index_t o1) { bf16dot::gemv_rows(xb.data(), *p.w, p.bias, p.residual, p.y, o0, o1); });
+    return;
+  }
+#endif
+  if (same && w0.cols % 2 == 0) {
+    // As linear_bf16_rounded without the `vdpbf16ps` GEMV: the dot kernel on x rounded to BF16.
+    std::vector<float> xr(rounded ? std::size_t(w0.cols) : 0), split(std::size_t(w0.cols));
+    for (std::size_t i = 0; i < xr.size(); ++i) xr[i] = io::bf16_to_float(io::float_to_bf16(x[i]));
+    detail::split_even_odd(rounded ? xr.data() : x, w0.cols, split.data());
+    run([&](const Bf16GemvPart& p, index_t o0, index_t o1) { detail::bf16_gemv_range(split.data(), *p.w, p.bias, p.residual, p.y, o0, o1); });
+    return;
+  }
+  for (const auto& p : parts) {
+    if (p.w->arithmetic == io::Bf16Arithmetic::bf16_activations) linear_bf16_rounded(x, 1, *p.w, p.bias, p.residual, p.y);
+    else linear_bf16_exact(x, 1, *p.w, p.bias, p.residual, p.y);
+  }
+}
+
 /// y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) (+ residual[r, o]) for r < rows; x [rows, w.cols],
 /// y and residual [rows, w.rows]; bias and residual may be null. `w.arithmetic` picks exact F32
 /// activations (linear_bf16_exact) or BF16-rounded ones (linear_bf16_rounded).
 inline void linear_bf16(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
                         float* y) {
+  if (rows == 1) {  // decode: the batch-1 schedule (one part)
+    const Bf16GemvPart part{&w, bias, y, residual};
+    linear_bf16_gemv_group(x, std::span<const Bf16GemvPart>(&part, 1));
+    return;
+  }
   if (w.arithmetic == io::Bf16Arithmetic::bf16_activations) linear_bf16_rounded(x, rows, w, bias, residual, y);
   else linear_bf16_exact(x, rows, w, bias, residual, y);
 }
@@ -293,6 +386,36 @@ Tensor<float, DynShape<S::rank>, cpu> linear_bf16(const Tensor<float, S, cpu>& x
   cpu_backend::linear_bf16(x.data(), x.numel() / w.cols, w, bias.defined() ? bias.data() : nullptr,
                            residual ? residual->data() : nullptr, y.data());
   return y;
+}
+
+
+/// The outputs x W_i^T (+ b_i) of several BF16 weights on one input x [..., in] (nn::linear_group's
+/// q | k | v and gate | up); inference only, found by argument-dependent lookup as linear_bf16 is. One
+/// activation row runs the weights as one group (cpu_backend::linear_bf16_gemv_group: one parallel
+/// region), more rows each weight on its own (linear_bf16). `biases[i]` may be undefined.
+template <class S, std::size_t N>
+std::array<Tensor<float, DynShape<S::rank>, cpu>, N> linear_bf16_group(
+    const Tensor<float, S, cpu>& x, const std::array<const io::Bf16Matrix*, N>& ws,
+    const std::array<const Tensor<float, DynShape<1>, cpu>*, N>& biases) {
+  static_assert(S::rank >= 2, "linear_bf16_group: x must have rank >= 2");
+  std::array<Tensor<float, DynShape<S::rank>, cpu>, N> out;
+  const index_t in = x.extent(S::rank - 1);
+  if (x.numel() != in) {  // not one row: each weight on its own
+    for (std::size_t i = 0; i < N; ++i) out[i] = linear_bf16(x, *ws[i], *biases[i]);
+    return out;
+  }
+  std::array<cpu_backend::Bf16GemvPart, N> parts;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (ws[i]->cols != in)
+      throw ShapeError("linear_bf16: x " + x.shape().to_string() + " has " + std::to_string(in) +
+                       " features; the BF16 weight takes " + std::to_string(ws[i]->cols));
+    auto e = x.shape().extents();
+    e[S::rank - 1] = ws[i]->rows;
+    out[i] = Tensor<float, DynShape<S::rank>, cpu>(DynShape<S::rank>::from_extents(e, "linear_bf16"));
+    parts[i] = {ws[i], biases[i]->defined() ? biases[i]->data() : nullptr, out[i].data(), nullptr};
+  }
+  cpu_backend::linear_bf16_gemv_group(x.data(), std::span<const cpu_backend::Bf16GemvPart>(parts));
+  return out;
 }
 
 }  // namespace ttmoe
