@@ -274,20 +274,28 @@ void rewrite_tail_in_place(const std::filesystem::path& file) {
   std::filesystem::last_write_time(file, std::filesystem::last_write_time(file) + std::chrono::seconds(5));
 }
 
+/// A random tiny Llama saved as `dtype` into `dir` (replacing what was there), loaded back, and the
+/// mapping of its checkpoint that mapped restores copy from.
+std::pair<models::LlamaForCausalLM<float>, std::shared_ptr<const ttmm::MappedBaseWeights>> saved_and_mapped(
+    const std::filesystem::path& dir, io::DType dtype, std::uint64_t seed) {
+  std::filesystem::remove_all(dir);
+  {
+    models::LlamaForCausalLM<float> src(models::LlamaConfig::from_json(ttmm_test::tiny_llama_json()), seed);
+    models::save_llama(src, dir, dtype);
+  }
+  auto m = models::load_llama<float>(dir);
+  auto origin = ttmm::MappedBaseWeights::open_model_folder(dir);
+  REQUIRE(origin != nullptr);
+  return {std::move(m), std::move(origin)};
+}
+
 }  // namespace
 
 TEST_CASE("ttmm mapped restore: bit-identical from F32 and BF16 checkpoints, no patch, no second GEMM", "[ttmm][merge]") {
-  const auto c = models::LlamaConfig::from_json(ttmm_test::tiny_llama_json());
   ScratchDir tmp("ttmm_mapped_restore");
   for (const io::DType dtype : {io::DType::F32, io::DType::BF16}) {
     INFO("checkpoint " << io::dtype_name(dtype));
-    {
-      models::LlamaForCausalLM<float> src(c, 5);
-      models::save_llama(src, tmp.path / "base", dtype);
-    }
-    auto m = models::load_llama<float>(tmp.path / "base");
-    const auto origin = ttmm::MappedBaseWeights::open_model_folder(tmp.path / "base");
-    REQUIRE(origin != nullptr);
+    auto [m, origin] = saved_and_mapped(tmp.path / "base", dtype, 5);
     const auto before = snapshot(m);
     auto e0 = ttmm_test::random_expert(m, 31), e1 = ttmm_test::random_expert(m, 32);
     const std::vector<models::WeightedAdapter<float>> ws{{&e0, 0.6}, {&e1, 0.4}};
@@ -319,12 +327,7 @@ TEST_CASE("ttmm mapped restore: a checkpoint changed on disk is never trusted", 
   const auto c = models::LlamaConfig::from_json(ttmm_test::tiny_llama_json());
   ScratchDir tmp("ttmm_mapped_changed");
   const auto file = tmp.path / "base" / "model.safetensors";
-  auto fresh = [&] {
-    models::LlamaForCausalLM<float> src(c, 6);
-    models::save_llama(src, tmp.path / "base");
-    return std::make_pair(models::load_llama<float>(tmp.path / "base"),
-                          ttmm::MappedBaseWeights::open_model_folder(tmp.path / "base"));
-  };
+  auto fresh = [&] { return saved_and_mapped(tmp.path / "base", io::DType::F32, 6); };
   SECTION("rewritten in place before the merge: the merge falls back to GEMM + patch") {
     auto [m, origin] = fresh();
     auto e0 = ttmm_test::random_expert(m, 41);
@@ -423,18 +426,10 @@ TEST_CASE("ttmm BF16 merge GEMM: W + rounded factors' product with F32 sums, at 
 }
 
 TEST_CASE("ttmm dense merge with BF16 products: BF16 checkpoints only, within their precision, exact restore", "[ttmm][merge]") {
-  const auto c = models::LlamaConfig::from_json(ttmm_test::tiny_llama_json());
   ScratchDir tmp("ttmm_bf16_merge");
   for (const io::DType dtype : {io::DType::F32, io::DType::BF16}) {
     INFO("checkpoint " << io::dtype_name(dtype));
-    std::filesystem::remove_all(tmp.path / "base");
-    {
-      models::LlamaForCausalLM<float> src(c, 7);
-      models::save_llama(src, tmp.path / "base", dtype);
-    }
-    auto m = models::load_llama<float>(tmp.path / "base");
-    const auto origin = ttmm::MappedBaseWeights::open_model_folder(tmp.path / "base");
-    REQUIRE(origin != nullptr);
+    auto [m, origin] = saved_and_mapped(tmp.path / "base", dtype, 7);
     const auto before = snapshot(m);
     // Deltas of a few percent of W, as trained LoRA experts make (checked below).
     auto e0 = ttmm_test::random_expert(m, 41), e1 = ttmm_test::random_expert(m, 42);
