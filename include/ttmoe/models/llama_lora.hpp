@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "ttmoe/io/safetensors_file.hpp"
 #include "ttmoe/models/llama.hpp"
 #include "ttmoe/models/peft_adapter.hpp"
 #include "ttmoe/moe/lora.hpp"
@@ -111,7 +112,10 @@ std::map<std::string, StackedModule<T, D>> stack_adapters(LlamaForCausalLM<T, D>
   std::vector<std::string> problems;
   std::map<std::string, std::vector<std::pair<const LoraModule<T, D>*, double>>> per_module;
   auto shape = [](const Tensor<T, DynShape<2>, D>& t) {
-    return "[" + std::to_string(t.extent(0)) + ", " + std::to_string(t.extent(1)) + "]";
+    // io's formatter, not "[" + ... chains: GCC 12 at -O3 reports a false -Wrestrict (bug 105329)
+    // in `const char* + std::string&&` once this lambda is inlined.
+    const std::int64_t dims[2] = {std::int64_t(t.extent(0)), std::int64_t(t.extent(1))};
+    return io::format_shape(dims);
   };
   for (const auto& wa : adapters) {
     if (wa.adapter == nullptr) throw ValueError("AttachedAdapters: null adapter");
