@@ -225,9 +225,10 @@ inline void round_row(const float* x, index_t K, std::uint16_t* xb) {
 /// Output rows [o0, o1) of the batch-1 product y[o] = xb . w[o] (+ bias[o]) (+ residual[o]), xb from
 /// round_row: `vdpbf16ps` on W's rows as they lie in memory (32 values per instruction, a masked
 /// load for the tail), 4 weight rows per pass so 4 streams are in flight (the dot-product kernel's
-/// reason). Each pass prefetches the next pass's rows line for line: a 2048-wide BF16 row is one
-/// 4 KiB page, the hardware prefetcher stops at page ends and so would restart on every row (1.16x
-/// on one thread in a loaded A/B, docs/design.md). Serial: the callers split the rows over threads.
+/// reason). No software prefetch: the hardware prefetchers keep these 4 streams at the rate of a
+/// plain read of the same bytes, and prefetching the next pass's rows as well (decode14's change)
+/// measured 0.85-0.9x of that on a quiet machine (docs/design.md, #14 decode, helper bw17).
+/// Serial: the callers split the rows over threads.
 inline void gemv_rows(const std::uint16_t* xb, const io::Bf16Matrix& w, const float* bias, const float* residual,
                       float* y, index_t o0, index_t o1) {
   const index_t K = w.cols, steps = (K + kGemvStep - 1) / kGemvStep;
@@ -244,13 +245,10 @@ inline void gemv_rows(const std::uint16_t* xb, const io::Bf16Matrix& w, const fl
     // Two accumulators per row (even and odd steps): independent chains hide vdpbf16ps' latency.
     __m512 acc[NW][2];
     for (index_t j = 0; j < NW; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
-    // The rows of the next pass (this range's, else this pass's again: a no-op on cached lines).
-    const std::uint16_t* next = w.bits + (o + NW + R <= o1 ? o + NW : o) * K;
     auto step = [&](index_t s, int slot, __mmask32 m) {
       const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + 32 * s));
 #pragma GCC unroll 4
       for (index_t j = 0; j < NW; ++j) {
-        _mm_prefetch(reinterpret_cast<const char*>(next + j * K + 32 * s), _MM_HINT_T0);
         acc[j][slot] = _mm512_dpbf16_ps(
             acc[j][slot], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(m, w.bits + (o + j) * K + 32 * s)), xv);
       }
