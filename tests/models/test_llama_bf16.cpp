@@ -641,3 +641,94 @@ TEST_CASE("bf16 load frees its own transient pool blocks and keeps the ones cach
   CHECK(again.data() == block);
   CHECK(pool.stats().raw_allocations == after.raw_allocations);
 }
+
+TEST_CASE("bf16 weights copied into huge pages: the same bits across chunks, the mapping still readable", "[llm][bf16]") {
+  // 40 MiB of BF16 in a file: more than one of copy_to_huge_pages' 32 MiB chunks, and past the 2 MiB
+  // from which the copy asks for huge pages.
+  TempDir dir("hp");
+  std::filesystem::create_directories(dir.path);
+  const index_t rows = 640, cols = 32768;
+  std::vector<std::uint16_t> bits(std::size_t(rows * cols));
+  std::mt19937 rng(21);
+  for (auto& b : bits) b = std::uint16_t(rng());
+  const auto file = dir.path / "w.bin";
+  {
+    std::ofstream out(file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bits.data()), std::streamsize(bits.size() * 2));
+  }
+  auto mapped = std::make_shared<io::detail::MappedFile>(file);
+  auto view = io::Bf16Matrix::view(mapped, reinterpret_cast<const std::uint16_t*>(mapped->bytes().data()), rows, cols);
+  view.arithmetic = io::Bf16Arithmetic::bf16_activations;
+  for (bool release : {false, true}) {
+    INFO("release_source " << release);
+    const auto copy = io::copy_to_huge_pages(view, release);
+    CHECK(copy.bits != view.bits);
+    CHECK(copy.owner != view.owner);
+    CHECK(copy.rows == rows);
+    CHECK(copy.cols == cols);
+    CHECK(copy.arithmetic == io::Bf16Arithmetic::bf16_activations);
+    CHECK(std::equal(bits.begin(), bits.end(), copy.bits));
+    // Released pages come back from the file, unchanged.
+    CHECK(std::equal(bits.begin(), bits.end(), view.bits));
+  }
+  CHECK_FALSE(io::copy_to_huge_pages(io::Bf16Matrix{}).defined());  // nothing to copy
+}
+
+TEST_CASE("bf16 load into huge pages: own storage, bit-identical logits and tokens to the mapped load", "[llm][bf16]") {
+  CHECK(models::parse_bf16_storage("mapped") == models::Bf16Storage::mapped);
+  CHECK(models::parse_bf16_storage("huge_pages") == models::Bf16Storage::huge_pages);
+  CHECK_THROWS_AS(models::parse_bf16_storage("huge"), ValueError);
+  for (bool tied : {false, true}) {
+    INFO((tied ? "tied" : "untied"));
+    TempDir dir(tied ? "ht" : "hu");
+    models::LlamaForCausalLM<float> m(tiny(false, tied), 17);
+    models::save_llama(m, dir.path, io::DType::BF16);
+    auto mapped = models::load_llama<float>(dir.path, models::WeightPrecision::bf16);
+    auto copied = models::load_llama<float>(dir.path, models::WeightPrecision::bf16, models::Bf16Storage::huge_pages);
+    // Every matrix is its own copy: no view into the mapping is left, and the values are the file's.
+    auto same_copy = [&](const io::Bf16Matrix& a, const io::Bf16Matrix& b) {
+      CHECK(b.defined());
+      CHECK(b.owner != a.owner);
+      CHECK(b.bits != a.bits);
+      CHECK(b.to_floats() == a.to_floats());
+    };
+    same_copy(mapped.model.embed_tokens.weight_bf16, copied.model.embed_tokens.weight_bf16);
+    if (!tied) same_copy(mapped.lm_head.weight_bf16, copied.lm_head.weight_bf16);
+    for (std::size_t i = 0; i < mapped.model.layers.size(); ++i) {
+      const auto& a = mapped.model.layers[i];
+      const auto& b = copied.model.layers[i];
+      same_copy(a.self_attn.q_proj.weight_bf16, b.self_attn.q_proj.weight_bf16);
+      same_copy(a.self_attn.k_proj.weight_bf16, b.self_attn.k_proj.weight_bf16);
+      same_copy(a.self_attn.v_proj.weight_bf16, b.self_attn.v_proj.weight_bf16);
+      same_copy(a.self_attn.o_proj.weight_bf16, b.self_attn.o_proj.weight_bf16);
+      same_copy(a.mlp.gate_proj.weight_bf16, b.mlp.gate_proj.weight_bf16);
+      same_copy(a.mlp.up_proj.weight_bf16, b.mlp.up_proj.weight_bf16);
+      same_copy(a.mlp.down_proj.weight_bf16, b.mlp.down_proj.weight_bf16);
+    }
+    // The same kernels on the same bits: logits bit for bit, prefill and decode, both arithmetics.
+    for (auto arithmetic : {io::Bf16Arithmetic::exact, io::Bf16Arithmetic::bf16_activations}) {
+      models::set_bf16_arithmetic(mapped, arithmetic);
+      models::set_bf16_arithmetic(copied, arithmetic);
+      auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(2, 5), {2, 7, 1, 8, 2, 8, 1, 8, 2, 8});
+      CHECK(copied.forward(ids).to_vector() == mapped.forward(ids).to_vector());
+      auto ca = mapped.make_cache(2, 8), cb = copied.make_cache(2, 8);
+      CHECK(copied.logits(copied.forward_cached(ids, cb)).to_vector() == mapped.logits(mapped.forward_cached(ids, ca)).to_vector());
+      auto one = IndexTensor<DynShape<2>>::from_host(DynShape<2>(2, 1), {3, 4});
+      CHECK(copied.logits(copied.forward_cached(one, cb)).to_vector() == mapped.logits(mapped.forward_cached(one, ca)).to_vector());
+      models::GenerationOptions greedy;
+      greedy.max_new_tokens = 16;
+      const std::vector<std::vector<std::int64_t>> prompts{{1, 2, 3}, {7, 8}};
+      CHECK(models::generate(copied, prompts, greedy).tokens == models::generate(mapped, prompts, greedy).tokens);
+    }
+  }
+  {
+    // A truncated file is still a typed error naming it (the header promises bytes the file lacks).
+    TempDir dir("htr");
+    models::LlamaForCausalLM<float> m(tiny(false, false), 18);
+    models::save_llama(m, dir.path, io::DType::BF16);
+    const auto file = dir.path / "model.safetensors";
+    std::filesystem::resize_file(file, std::filesystem::file_size(file) - 64);
+    CHECK_THROWS_AS(models::load_llama<float>(dir.path, models::WeightPrecision::bf16, models::Bf16Storage::huge_pages),
+                    io::SafetensorsError);
+  }
+}

@@ -6,11 +6,17 @@
 // keeps whatever holds them alive: a vector converted once at load, or later a memory-mapped
 // checkpoint the bits point straight into.
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "ttmoe/core/config.hpp"
+#include "ttmoe/core/host_pages.hpp"
+#include "ttmoe/io/safetensors_mmap.hpp"
 #include "ttmoe/io/safetensors_float16.hpp"
 
 namespace ttmoe::io {
@@ -66,5 +72,30 @@ struct Bf16Matrix {
     return out;
   }
 };
+
+/// A copy of `m` (same values, shape and arithmetic) in its own anonymous mapping that asks for
+/// transparent huge pages (memory::HostPages: MADV_HUGEPAGE from 2 MiB), for a weight a batch-1
+/// GEMV streams every token; the mapping goes back to the OS when the last copy of the result goes.
+/// With `release_source`, `m` must view a read-only file mapping (detail::MappedFile): its pages are
+/// dropped from the resident set as they are copied, kCopyChunkBytes at a time (detail::
+/// release_pages), so copying a whole checkpoint raises the peak resident set by one chunk, not by
+/// a tensor. Why copy at all: docs/design.md, #14 decode (helper bw17).
+inline Bf16Matrix copy_to_huge_pages(const Bf16Matrix& m, bool release_source = false) {
+  constexpr std::size_t kCopyChunkBytes = std::size_t(32) << 20;
+  const std::size_t n = m.bytes();
+  if (n == 0) return m;
+  void* p = memory::HostPages::raw_alloc(n);
+  if (p == nullptr) throw std::bad_alloc();
+  std::shared_ptr<const void> owner(p, [n](const void* q) { memory::HostPages::raw_free(const_cast<void*>(q), n); });
+  const auto* src = reinterpret_cast<const std::byte*>(m.bits);
+  for (std::size_t at = 0; at < n; at += kCopyChunkBytes) {
+    const std::size_t len = std::min(kCopyChunkBytes, n - at);
+    std::memcpy(static_cast<std::byte*>(p) + at, src + at, len);
+    if (release_source) detail::release_pages({src + at, len});
+  }
+  Bf16Matrix out = Bf16Matrix::view(std::move(owner), static_cast<const std::uint16_t*>(p), m.rows, m.cols);
+  out.arithmetic = m.arithmetic;
+  return out;
+}
 
 }  // namespace ttmoe::io

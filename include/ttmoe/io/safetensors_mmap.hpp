@@ -110,4 +110,18 @@ inline void prefault_read(std::span<const std::byte> bytes) noexcept {
   ::madvise(reinterpret_cast<void*>(first), end - first, MADV_WILLNEED);
 }
 
+/// Drops the pages holding `bytes` (part of a read-only MappedFile) from this process's resident set
+/// (MADV_DONTNEED); the page cache keeps them, and a later read maps them in again, unchanged: the
+/// mapping is read-only and private, so no page of it was ever written. Pages `bytes` shares with its
+/// neighbours at either end go too. Used after a mapped tensor has been copied elsewhere, so the copy
+/// and the mapped bytes are not resident together. A hint only: failure changes nothing but the
+/// resident set, so errors are ignored.
+inline void release_pages(std::span<const std::byte> bytes) noexcept {
+  if (bytes.empty()) return;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<std::uintptr_t>(bytes.data()) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(bytes.data()) + bytes.size() + page - 1) / page * page;
+  ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+}
+
 }  // namespace ttmoe::io::detail

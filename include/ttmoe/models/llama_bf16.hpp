@@ -24,6 +24,21 @@ inline WeightPrecision parse_weight_precision(const std::string& s) {
   throw ValueError("weight precision '" + s + "' is not supported (f32, bf16)");
 }
 
+/// Where load_llama keeps the BF16 weights a BF16 file stores (WeightPrecision::bf16; issue #14):
+/// `mapped` views them in the memory-mapped file (no copy, the page cache's 4 KiB pages, shared
+/// with other processes mapping the file); `huge_pages` copies each into anonymous memory with
+/// transparent huge pages, releasing the mapped pages as it goes (io::copy_to_huge_pages), which
+/// costs a copy at load and decodes faster on a VM whose page-cache pages are slow to stream
+/// (docs/design.md, #14 decode, helper bw17).
+enum class Bf16Storage { mapped, huge_pages };
+
+/// Parses "mapped" / "huge_pages" (CLI flags); anything else is a ValueError naming the value.
+inline Bf16Storage parse_bf16_storage(const std::string& s) {
+  if (s == "mapped") return Bf16Storage::mapped;
+  if (s == "huge_pages") return Bf16Storage::huge_pages;
+  throw ValueError("BF16 weight storage '" + s + "' is not supported (mapped, huge_pages)");
+}
+
 /// Converts every Linear weight of `m` and its embedding table to BF16 once (round-to-nearest-even)
 /// and frees the F32 copies.
 template <class T, class D>

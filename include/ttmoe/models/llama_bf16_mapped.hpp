@@ -32,17 +32,21 @@ namespace ttmoe::models {
 
 namespace detail {
 
-/// The BF16 bits of the 2-D tensor `key` of `src`: a view into the mapping (kept alive by
-/// `owner`) when stored BF16 and 2-byte aligned, its pages mapped in now (io::detail::prefault_read),
-/// else a converted, owned copy.
+/// The BF16 bits of the 2-D tensor `key` of `src`. Stored BF16 and 2-byte aligned: with
+/// Bf16Storage::mapped a view into the mapping (kept alive by `owner`), its pages mapped in now
+/// (io::detail::prefault_read); with huge_pages a copy in huge pages, the mapped pages released as
+/// they are copied (io::copy_to_huge_pages). Otherwise a converted, owned copy.
 template <class F>
-io::Bf16Matrix mapped_bf16(const F& src, const std::shared_ptr<const void>& owner, const std::string& key) {
+io::Bf16Matrix mapped_bf16(const F& src, const std::shared_ptr<const void>& owner, const std::string& key,
+                           Bf16Storage storage) {
   const io::TensorInfo& t = src.info(key);
   const index_t rows = index_t(t.shape[0]), cols = index_t(t.shape[1]);
   const auto addr = reinterpret_cast<std::uintptr_t>(t.bytes.data());
   if (t.dtype == io::DType::BF16 && addr % alignof(std::uint16_t) == 0) {
+    const auto view = io::Bf16Matrix::view(owner, reinterpret_cast<const std::uint16_t*>(t.bytes.data()), rows, cols);
+    if (storage == Bf16Storage::huge_pages) return io::copy_to_huge_pages(view, /*release_source=*/true);
     io::detail::prefault_read(t.bytes);  // the pages now, not as the first forward's page faults
-    return io::Bf16Matrix::view(owner, reinterpret_cast<const std::uint16_t*>(t.bytes.data()), rows, cols);
+    return view;
   }
   std::vector<float> values(t.numel());
   src.template read_as<float>(key, std::span<float>(values));
@@ -70,9 +74,11 @@ void check_matrix(const F& src, const std::string& key, index_t rows, index_t co
 /// Builds the model of `config` with BF16-resident weights taken from `src` (a SafetensorsFile or
 /// ShardedSafetensors, shared so the views can own it). Every problem, with the matrices (missing,
 /// mis-shaped, non-float) and with the norms and biases (missing, mis-shaped, unexpected keys),
-/// comes in ONE nn::CheckpointError listing them all.
+/// comes in ONE nn::CheckpointError listing them all. `storage`: where the BF16 matrices live
+/// (Bf16Storage: views into the mapping, or huge-page copies).
 template <class F>
-LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, std::shared_ptr<const F> src) {
+LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, std::shared_ptr<const F> src,
+                                                    Bf16Storage storage = Bf16Storage::mapped) {
   config.validate();
   const std::shared_ptr<const void> owner = src;
   const index_t hidden = config.hidden_size, heads = config.num_attention_heads * config.head_dim,
@@ -105,10 +111,10 @@ LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, s
   LlamaForCausalLM<float, cpu> m;
   m.config = config;
   if (adopt_matrices) {
-    m.model.embed_tokens.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "model.embed_tokens.weight"),
+    m.model.embed_tokens.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "model.embed_tokens.weight", storage),
                                            "model.embed_tokens");
     if (!config.tie_word_embeddings)
-      m.lm_head.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "lm_head.weight"), "lm_head");
+      m.lm_head.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "lm_head.weight", storage), "lm_head");
   }
   const auto freqs = config.rope_frequencies();
   m.model.layers.reserve(std::size_t(config.num_hidden_layers));
@@ -118,7 +124,7 @@ LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, s
     auto& l = m.model.layers.emplace_back(config, freqs, 1000 + 32 * std::uint64_t(i));
     const std::string p = "model.layers." + std::to_string(i) + ".";
     auto adopt = [&](nn::Linear<float, cpu>& lin, const std::string& name) {
-      if (adopt_matrices) lin.adopt_weight_bf16(detail::mapped_bf16(*src, owner, p + name + ".weight"), p + name);
+      if (adopt_matrices) lin.adopt_weight_bf16(detail::mapped_bf16(*src, owner, p + name + ".weight", storage), p + name);
       else lin.weight = Tensor<float, DynShape<2>, cpu>{};
     };
     adopt(l.self_attn.q_proj, "self_attn.q_proj");

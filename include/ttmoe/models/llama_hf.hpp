@@ -21,17 +21,19 @@ namespace ttmoe::models {
 /// Loads config.json and the weights of the HF folder `dir` into a new model; with
 /// WeightPrecision::bf16 the Linear weights and the embedding are kept as BF16 (inference only,
 /// llama_bf16.hpp), viewed straight from the mapped file where it stores them as BF16
-/// (llama_bf16_mapped.hpp: no F32 model is ever built).
+/// (llama_bf16_mapped.hpp: no F32 model is ever built), or copied into huge pages (`storage`,
+/// Bf16Storage; it changes no result).
 template <class T = float, class D = cpu>
-LlamaForCausalLM<T, D> load_llama(const std::filesystem::path& dir, WeightPrecision weights = WeightPrecision::f32) {
+LlamaForCausalLM<T, D> load_llama(const std::filesystem::path& dir, WeightPrecision weights = WeightPrecision::f32,
+                                  Bf16Storage storage = Bf16Storage::mapped) {
   const auto config = LlamaConfig::load(dir / "config.json");
   const auto single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
   if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
     if (weights == WeightPrecision::bf16) {
       if (std::filesystem::exists(single))
-        return load_llama_bf16_mapped(config, std::make_shared<const io::SafetensorsFile>(single));
+        return load_llama_bf16_mapped(config, std::make_shared<const io::SafetensorsFile>(single), storage);
       if (std::filesystem::exists(index))
-        return load_llama_bf16_mapped(config, std::make_shared<const io::ShardedSafetensors>(index));
+        return load_llama_bf16_mapped(config, std::make_shared<const io::ShardedSafetensors>(index), storage);
     }
   }
   LlamaForCausalLM<T, D> m(config);
