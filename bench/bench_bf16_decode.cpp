@@ -13,6 +13,12 @@
 // the GEMM wins; kPackedGemmMinRows is set from these); AVX512-BF16 builds also print
 // `rows_R_bf16dot_over_dot`: the `vdpbf16ps` GEMM (gemm_bf16dot.hpp) over the dot-product kernel (x
 // holds BF16-exact values, so that kernel computes what the rounded path below the threshold does).
+// With `--pages DIR` it times the model's batch-1 path (BF16 activations, the `bf16` arithmetic of
+// bench_llm_decode) on the same weight bytes held three ways, alternating with a triad in each
+// round: `heap` (std::vector, 4 KiB pages where THP is `madvise`), `file` (written to DIR, mapped and
+// prefaulted as load_llama maps a checkpoint: page-cache pages of 4 KiB) and `huge` (anonymous
+// memory with MADV_HUGEPAGE, io::copy_to_huge_pages), printing `pages_{heap,file,huge}_gbps`, their
+// ratios to the same rounds' triad and `pages_huge_over_file`.
 // Threads: $TTMOE_BENCH_THREADS (default 2).
 #include <ttmoe/models/llm.hpp>
 #include <ttmoe/ttmoe.hpp>
@@ -90,6 +96,96 @@ std::vector<io::Bf16Matrix> layer_weights() {
   return ws;
 }
 
+/// This process's anonymous memory in transparent huge pages, MB (/proc/self/smaps_rollup; -1 where
+/// unavailable): whether the `huge` copies really got 2 MiB pages.
+double anon_huge_mb() {
+  std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (!f) return -1;
+  char line[256];
+  double kb = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "AnonHugePages: %lf", &kb) == 1) break;
+  std::fclose(f);
+  return kb / 1024.0;
+}
+
+/// --pages DIR: the model's batch-1 GEMV (bf16 arithmetic, one group per projection as
+/// nn::Linear runs it) on heap, file-mapped and huge-page copies of one layer's weights.
+int pages_mode(const std::filesystem::path& dir) {
+  // $TTMOE_BENCH_LAYERS copies of the layer (default 1): a whole model's worth of weights also
+  // outgrows what the caches hold of the page tables (a 4 KiB page's entry per 4 KiB of weight).
+  std::vector<io::Bf16Matrix> heap;
+  const auto one = layer_weights();
+  for (int l = 0; l < bench::env_int("TTMOE_BENCH_LAYERS", 1); ++l)
+    for (const auto& w : one) {
+      auto copy = std::make_shared<std::vector<std::uint16_t>>(w.bits, w.bits + w.bytes() / 2);
+      heap.push_back(io::Bf16Matrix::view(copy, copy->data(), w.rows, w.cols));
+      heap.back().arithmetic = io::Bf16Arithmetic::bf16_activations;
+    }
+  // The file: the matrices back to back, mapped read-only and prefaulted (models::load_llama's way).
+  const auto path = dir / "bench_bf16_decode_pages.bin";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) throw std::runtime_error("cannot write " + path.string());
+    for (const auto& w : heap) std::fwrite(w.bits, 1, w.bytes(), f);
+    std::fclose(f);
+  }
+  auto mapped = std::make_shared<io::detail::MappedFile>(path);
+  std::filesystem::remove(path);  // the mapping keeps the bytes
+  io::detail::prefault_read(mapped->bytes());
+  std::vector<io::Bf16Matrix> file, huge;
+  std::size_t at = 0;
+  for (const auto& w : heap) {
+    file.push_back(io::Bf16Matrix::view(mapped, reinterpret_cast<const std::uint16_t*>(mapped->bytes().data() + at), w.rows, w.cols));
+    at += w.bytes();
+    huge.push_back(io::copy_to_huge_pages(w));
+    file.back().arithmetic = huge.back().arithmetic = w.arithmetic;
+  }
+  double weight_bytes = 0;
+  for (const auto& w : heap) weight_bytes += double(w.bytes());
+  std::vector<float> x(8192, 0.5f), y(8192);
+  auto layer = [&](const std::vector<io::Bf16Matrix>& ws) {
+    for (const auto& w : ws) cpu_backend::linear_bf16(x.data(), 1, w, nullptr, nullptr, y.data());
+  };
+  const index_t n = index_t{1} << 24;  // 3 x 64 MiB
+  std::vector<float> a(n, 1.f), b(n, 2.f), c(n, 0.f);
+  auto triad = [&] {
+    cpu_backend::parallel_for(n, cpu_backend::kElementwiseGrain, [&](index_t lo, index_t hi) {
+      for (index_t i = lo; i < hi; ++i) c[i] = a[i] + 3.f * b[i];
+    });
+  };
+  const int rounds = bench::env_int("TTMOE_BENCH_REPS", 15);
+  const int reps = std::max(1, 8 / int(heap.size() / one.size()));  // passes per timing: about 8 layers' worth
+  std::vector<double> rate[3], frac[3], huge_over_file, triad_rate;
+  const std::vector<io::Bf16Matrix>* sets[3] = {&heap, &file, &huge};
+  for (auto* s : sets) layer(*s);
+  triad();
+  for (int r = 0; r < rounds; ++r) {
+    double g[3];
+    // The order rotates each round so no layout always follows the triad.
+    for (int k = 0; k < 3; ++k) {
+      const int i = (k + r) % 3;
+      const auto t0 = bench::Clock::now();
+      for (int rep = 0; rep < reps; ++rep) layer(*sets[i]);
+      g[i] = reps * weight_bytes / bench::seconds_since(t0);
+    }
+    const auto t0 = bench::Clock::now();
+    for (int k = 0; k < 4; ++k) triad();
+    const double t = 4 * 3.0 * 4.0 * double(n) / bench::seconds_since(t0);
+    triad_rate.push_back(t);
+    for (int i = 0; i < 3; ++i) rate[i].push_back(g[i]), frac[i].push_back(g[i] / t);
+    huge_over_file.push_back(g[2] / g[1]);
+  }
+  const char* names[3] = {"heap", "file", "huge"};
+  std::printf("triad_gbps: %.2f\n", bench::median(triad_rate) / 1e9);
+  for (int i = 0; i < 3; ++i)
+    std::printf("pages_%s_gbps: %.2f\npages_%s_fraction_of_triad: %.3f\n", names[i], bench::median(rate[i]) / 1e9,
+                names[i], bench::median(frac[i]));
+  std::printf("pages_huge_over_file: %.3f\n", bench::median(huge_over_file));
+  std::printf("anon_huge_pages_mb: %.1f\n", anon_huge_mb());
+  return 0;
+}
+
 #if defined(TTMOE_PACKED_GEMM)
 /// --rows: the dot-product kernel against the packed GEMM at each row count in `list` (comma-separated).
 int rows_mode(const std::string& list) {
@@ -128,6 +224,7 @@ int rows_mode(const std::string& list) {
 int main(int argc, char** argv) {
   cpu_backend::set_num_threads(std::size_t(bench::env_int("TTMOE_BENCH_THREADS", 2)));
   if (argc == 3 && std::string(argv[1]) == "--rss") return rss_mode(argv[2]);
+  if (argc == 3 && std::string(argv[1]) == "--pages") return pages_mode(argv[2]);
 #if defined(TTMOE_PACKED_GEMM)
   if (argc == 3 && std::string(argv[1]) == "--rows") return rows_mode(argv[2]);
 #endif

@@ -6,13 +6,20 @@
 # of its per-round values (rounds.sh):
 #   llm_decode_speedup_vs_llamacpp_{bf16,f32}    ttmoe decode tokens/s / llama.cpp's   (>= 1.0)
 #   llm_decode_fraction_of_bandwidth_bf16        ttmoe bf16: weight bytes read per token x tokens/s /
-#                                                triad bandwidth measured in the ttmoe process (>= 0.85)
+#                                                triad bandwidth measured in the same minutes (>= 0.85):
+#                                                bench_llm_decode's decode_fraction_of_triad, a triad
+#                                                every 16 decoded tokens (its time off the decode clock),
+#                                                each 16-token window's weight bytes/s over the mean of
+#                                                the two triads around it, median over the windows
+#                                                (an LLM_BIN without that line: bytes x tok/s over its
+#                                                one triad, taken before the load)
 #   llm_prefill_speedup_vs_llamacpp_{bf16,f32}   llama.cpp prefill s / ttmoe's, 512 tokens (>= 1.0)
 #   llm_prefill_speedup_vs_transformers_bf16     transformers prefill s / ttmoe bf16's     (>= 1.5)
 #   llm_peak_rss_over_weights                    ttmoe bf16 peak RSS / its safetensors bytes, KV cache
 #                                                of 2048 positions                          (<= 1.15)
 # and llm_{ttmoe,llamacpp}_{f32,bf16}_{decode_tokens_per_s,prefill_s}, llm_transformers_bf16_prefill_s,
-# llm_ttmoe_bf16_{peak_rss_mb,weight_bytes,weight_bytes_per_token}, llm_triad_gbs behind them.
+# llm_ttmoe_bf16_{peak_rss_mb,weight_bytes,weight_bytes_per_token}, llm_triad_gbs (the median of the
+# decode's triads) and llm_triad_gbs_{min,max} behind them.
 # ttmoe bf16 runs with --arithmetic $LLM_BF16_ARITHMETIC (default bf16: activations rounded to BF16,
 # the numerics of llama.cpp's and transformers' BF16 runs; `exact` keeps them F32).
 #   [LLM_LAYERS=16] [LLM_MODELS=~/.cache/ttmoe/bench-llm] [LLM_BIN=prebuilt bench_llm_decode]
@@ -61,16 +68,19 @@ for r in $(seq 1 "$rounds"); do
   bpt=$(field weight_bytes_per_token <<<"$c"); triad=$(field triad_gbs <<<"$c")
   rss=$(field peak_rss_mb <<<"$c"); wb=$(field weight_bytes <<<"$c")
   keep llm_prefill_speedup_vs_transformers_bf16 "$(div "$tp" "$cp")"
-  keep llm_decode_fraction_of_bandwidth_bf16 "$(div "($bpt * $ct)" "($triad * 1e9)")"
+  frac=$(field decode_fraction_of_triad <<<"$c")
+  [ -n "$frac" ] || frac=$(div "($bpt * $ct)" "($triad * 1e9)")
+  keep llm_decode_fraction_of_bandwidth_bf16 "$frac"
+  keep llm_triad_gbs_min "$(field triad_gbs_min <<<"$c")"; keep llm_triad_gbs_max "$(field triad_gbs_max <<<"$c")"
   keep llm_peak_rss_over_weights "$(div "$rss * 1048576" "$wb")"
   keep llm_transformers_bf16_prefill_s "$tp"; keep llm_triad_gbs "$triad"
   keep llm_ttmoe_bf16_peak_rss_mb "$rss"; keep llm_ttmoe_bf16_weight_bytes "$wb"
   keep llm_ttmoe_bf16_weight_bytes_per_token "$bpt"
-  echo "$line | transformers bf16 prefill ${tp}s | triad ${triad} GB/s, ttmoe bf16 rss ${rss} MB; load -> $(load))"
+  echo "$line | transformers bf16 prefill ${tp}s | triad ${triad} GB/s, fraction ${frac}, ttmoe bf16 rss ${rss} MB; load -> $(load))"
 done
 print_medians llm_decode_speedup_vs_llamacpp_bf16 llm_decode_speedup_vs_llamacpp_f32 llm_decode_fraction_of_bandwidth_bf16 \
   llm_prefill_speedup_vs_llamacpp_bf16 llm_prefill_speedup_vs_llamacpp_f32 llm_prefill_speedup_vs_transformers_bf16 \
   llm_peak_rss_over_weights llm_ttmoe_bf16_decode_tokens_per_s llm_llamacpp_bf16_decode_tokens_per_s \
   llm_ttmoe_f32_decode_tokens_per_s llm_llamacpp_f32_decode_tokens_per_s llm_ttmoe_bf16_prefill_s llm_llamacpp_bf16_prefill_s \
-  llm_ttmoe_f32_prefill_s llm_llamacpp_f32_prefill_s llm_transformers_bf16_prefill_s llm_triad_gbs \
+  llm_ttmoe_f32_prefill_s llm_llamacpp_f32_prefill_s llm_transformers_bf16_prefill_s llm_triad_gbs llm_triad_gbs_min llm_triad_gbs_max \
   llm_ttmoe_bf16_peak_rss_mb llm_ttmoe_bf16_weight_bytes llm_ttmoe_bf16_weight_bytes_per_token
