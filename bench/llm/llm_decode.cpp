@@ -15,13 +15,14 @@
 //                        the median over the decode's windows of (a window's weight bytes / its
 //                        decode seconds) / (the mean of the two triads bracketing that window)
 // How the triad is sampled (`--triad-every N`, default 16): the host's other tenants move this VM's
-// triad between 40 and 78 GB/s from one minute to the next, so a triad taken once, before the load,
-// says nothing about the bandwidth the decode met. One triad (bench/triad.hpp: c = a + s*b over
-// 3 x 64 MiB, far past the 32 MiB L3, best of 3, on the same thread pool) runs right after the
-// prefill and one after every N decoded tokens (and after the last); the decode clock stops for
-// each, so decode_tokens_per_s counts decode steps only. The triad's arrays go back to the OS after
+// triad between about 17 and 79 GB/s from one second to the next, so a triad taken once, before the load,
+// says nothing about the bandwidth the decode met. One triad sample (bench/triad.hpp: c = a + s*b
+// over 3 x 64 MiB, far past the 32 MiB L3, on the same thread pool; the mean rate of 4 runs, as the
+// decode's rate is a mean over its window, not the best run) is taken right after the prefill and
+// one after every N decoded tokens (and after the last); the decode clock stops for each, so
+// decode_tokens_per_s counts decode steps only. The triad's arrays go back to the OS after
 // each sample, and the peak-RSS mark is read before each sample and reset (/proc/self/clear_refs
-// "5") after it, so peak_rss_mb is the decode's own peak, without the triad's 192 MiB. `--triad-every
+// "5") after it, so peak_rss_mb is the decode's own peak, without the triad's arrays. `--triad-every
 // 0` takes one triad before the load, as this bench did before (no decode_fraction_of_triad then).
 // `--storage huge_pages` copies the BF16 weights into huge pages at load (models::Bf16Storage; the
 // default `mapped` views them in the mapped file).
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
   bool rss_reset = true;
   auto sample_triad = [&] {
     if (rss_reset) peak_rss_mb = std::max(peak_rss_mb, bench::status_mb("VmHWM:"));
-    triads.push_back(bench::triad_gbs(index_t(1) << 24, 3));
+    triads.push_back(bench::triad_rates(index_t(1) << 24, 4).mean);
     rss_reset = rss_reset && reset_peak_rss();
   };
   std::vector<double> window_s;  // decode seconds of each window between two triad samples
