@@ -26,6 +26,7 @@
 #include "ttmoe/io/safetensors.hpp"
 #include "ttmoe/io/safetensors_mmap.hpp"
 #include "ttmoe/models/llama.hpp"
+#include "ttmoe/models/llama_bf16.hpp"
 #include "ttmoe/nn/checkpoint.hpp"
 
 namespace ttmoe::models {
