@@ -722,6 +722,30 @@ TEST_CASE("bf16 load into huge pages: own storage, bit-identical logits and toke
     }
   }
   {
+    // Caller bytes (not a file's mapping): copied, never released, so the source still holds the
+    // checkpoint afterwards (releasing anonymous pages would have zeroed them).
+    TempDir dir("hb");
+    models::LlamaForCausalLM<float> m(tiny(false, false), 19);
+    models::save_llama(m, dir.path, io::DType::BF16);
+    const auto file = dir.path / "model.safetensors";
+    std::vector<std::byte> bytes(std::filesystem::file_size(file));
+    std::ifstream(file, std::ios::binary).read(reinterpret_cast<char*>(bytes.data()), std::streamsize(bytes.size()));
+    const auto mapped_src = std::make_shared<const io::SafetensorsFile>(file);
+    const auto bytes_src = std::make_shared<const io::SafetensorsFile>(io::SafetensorsFile::from_bytes(std::span<const std::byte>(bytes)));
+    CHECK(mapped_src->is_mapped());
+    CHECK_FALSE(bytes_src->is_mapped());
+    const auto config = models::LlamaConfig::load(dir.path / "config.json");
+    auto a = models::load_llama_bf16_mapped(config, mapped_src);
+    auto b = models::load_llama_bf16_mapped(config, bytes_src, models::Bf16Storage::huge_pages);
+    const auto& key = "model.layers.1.mlp.down_proj.weight";
+    const auto& src_bytes = bytes_src->info(key).bytes;
+    const auto& file_bytes = mapped_src->info(key).bytes;
+    REQUIRE(src_bytes.size() == file_bytes.size());
+    CHECK(std::equal(src_bytes.begin(), src_bytes.end(), file_bytes.begin()));
+    auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 4), {5, 3, 5, 9});
+    CHECK(b.forward(ids).to_vector() == a.forward(ids).to_vector());
+  }
+  {
     // A truncated file is still a typed error naming it (the header promises bytes the file lacks).
     TempDir dir("htr");
     models::LlamaForCausalLM<float> m(tiny(false, false), 18);

@@ -215,6 +215,9 @@ class SafetensorsFile {
 
   /// The path (or in-memory label) used in error messages.
   [[nodiscard]] const std::string& path() const noexcept { return label_; }
+  /// True when the bytes are a read-only mapping of the file (the constructor from a path), so
+  /// dropping their pages (detail::release_pages) loses nothing; false for caller bytes.
+  [[nodiscard]] bool is_mapped() const noexcept { return !map_.bytes().empty(); }
 
   /// Number of tensors in the file.
   [[nodiscard]] std::size_t size() const noexcept { return tensors_.size(); }

@@ -57,6 +57,8 @@ class ShardedSafetensors {
 
   /// The index file (used in error messages).
   [[nodiscard]] const std::string& path() const noexcept { return label_; }
+  /// True: every shard is a read-only mapping of its file (SafetensorsFile::is_mapped).
+  [[nodiscard]] bool is_mapped() const noexcept { return true; }
   /// Whether the index names tensor `name`.
   [[nodiscard]] bool contains(std::string_view name) const { return where_.find(std::string(name)) != where_.end(); }
   /// Tensor names in index order (sorted).

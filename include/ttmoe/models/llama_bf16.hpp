@@ -27,9 +27,10 @@ inline WeightPrecision parse_weight_precision(const std::string& s) {
 /// Where load_llama keeps the BF16 weights a BF16 file stores (WeightPrecision::bf16; issue #14):
 /// `mapped` views them in the memory-mapped file (no copy, the page cache's 4 KiB pages, shared
 /// with other processes mapping the file); `huge_pages` copies each into anonymous memory with
-/// transparent huge pages, releasing the mapped pages as it goes (io::copy_to_huge_pages), which
-/// costs a copy at load and decodes faster on a VM whose page-cache pages are slow to stream
-/// (docs/design.md, #14 decode, helper bw17).
+/// transparent huge pages, releasing the mapped pages as it goes (io::copy_to_huge_pages): a copy
+/// at load, for machines where streaming page-cache pages costs TLB walks that huge pages save. On
+/// the AMD EPYC VM it measured no faster than `mapped` and loaded slower, so `mapped` is the
+/// default (docs/design.md, #14 decode, helper bw17).
 enum class Bf16Storage { mapped, huge_pages };
 
 /// Parses "mapped" / "huge_pages" (CLI flags); anything else is a ValueError naming the value.

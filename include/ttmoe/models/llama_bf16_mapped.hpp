@@ -35,8 +35,8 @@ namespace detail {
 
 /// The BF16 bits of the 2-D tensor `key` of `src`. Stored BF16 and 2-byte aligned: with
 /// Bf16Storage::mapped a view into the mapping (kept alive by `owner`), its pages mapped in now
-/// (io::detail::prefault_read); with huge_pages a copy in huge pages, the mapped pages released as
-/// they are copied (io::copy_to_huge_pages). Otherwise a converted, owned copy.
+/// (io::detail::prefault_read); with huge_pages a copy in huge pages, a file mapping's pages
+/// released as they are copied (io::copy_to_huge_pages). Otherwise a converted, owned copy.
 template <class F>
 io::Bf16Matrix mapped_bf16(const F& src, const std::shared_ptr<const void>& owner, const std::string& key,
                            Bf16Storage storage) {
@@ -45,7 +45,9 @@ io::Bf16Matrix mapped_bf16(const F& src, const std::shared_ptr<const void>& owne
   const auto addr = reinterpret_cast<std::uintptr_t>(t.bytes.data());
   if (t.dtype == io::DType::BF16 && addr % alignof(std::uint16_t) == 0) {
     const auto view = io::Bf16Matrix::view(owner, reinterpret_cast<const std::uint16_t*>(t.bytes.data()), rows, cols);
-    if (storage == Bf16Storage::huge_pages) return io::copy_to_huge_pages(view, /*release_source=*/true);
+    // The mapped pages are dropped as they are copied only where they are a file's mapping: caller
+    // bytes (SafetensorsFile::from_bytes) would be zeroed.
+    if (storage == Bf16Storage::huge_pages) return io::copy_to_huge_pages(view, src.is_mapped());
     io::detail::prefault_read(t.bytes);  // the pages now, not as the first forward's page faults
     return view;
   }
