@@ -13,7 +13,8 @@
 // the GEMM wins; kPackedGemmMinRows is set from these); AVX512-BF16 builds also print
 // `rows_R_bf16dot_over_dot`: the `vdpbf16ps` GEMM (gemm_bf16dot.hpp) over the dot-product kernel (x
 // holds BF16-exact values, so that kernel computes what the rounded path below the threshold does).
-// Threads: $TTMOE_BENCH_THREADS (default 2).
+// With `--peak` (AVX512-BF16 builds) it measures the `vdpbf16ps` peak and the prefill GEMM's rates
+// (bf16dot_peak.hpp). Threads: $TTMOE_BENCH_THREADS (default 2).
 #include <ttmoe/models/llm.hpp>
 #include <ttmoe/ttmoe.hpp>
 
@@ -28,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bf16dot_peak.hpp"
 #include "common.hpp"
 
 using namespace ttmoe;
@@ -128,6 +130,9 @@ int rows_mode(const std::string& list) {
 int main(int argc, char** argv) {
   cpu_backend::set_num_threads(std::size_t(bench::env_int("TTMOE_BENCH_THREADS", 2)));
   if (argc == 3 && std::string(argv[1]) == "--rss") return rss_mode(argv[2]);
+#if defined(TTMOE_BF16DOT_GEMM)
+  if (argc == 2 && std::string(argv[1]) == "--peak") return bench::bf16peak::peak_mode();
+#endif
 #if defined(TTMOE_PACKED_GEMM)
   if (argc == 3 && std::string(argv[1]) == "--rows") return rows_mode(argv[2]);
 #endif
