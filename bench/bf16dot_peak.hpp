@@ -73,15 +73,14 @@ template <class Tl>
 __attribute__((noinline)) inline double l1_loop(std::int64_t calls, index_t kcp, float& sink) {
   std::vector<std::uint32_t> a(std::size_t(kcp * Tl::MR), 0x3c003c00u), b(std::size_t(kcp * Tl::NR), 0x3c003c00u);
   alignas(64) float c[Tl::MR * Tl::NR] = {};
-  const ttmoe::GemmEpilogue<float> ep;
   const double t0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
   for (std::int64_t i = 0; i < calls; ++i) {
     // A compiler barrier per call that also publishes C: the slivers never change, and without it
     // the product of the same two slivers would be hoisted out of the loop, and the columns of C
     // nobody reads dropped.
     asm volatile("" : : "r"(c) : "memory");
-    cpu_backend::bf16dot::micro_kernel<Tl>(kcp, a.data(), b.data(), c, Tl::NR, cpu_backend::packed::Update::add, ep,
-                                           Tl::MR, Tl::NR);
+    cpu_backend::bf16dot::micro_kernel<Tl>(kcp, a.data(), b.data(), c, Tl::NR, cpu_backend::packed::Update::add, nullptr,
+                                           nullptr, 0, Tl::MR, Tl::NR);
   }
   const double t = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - t0;
   sink += c[0];
