@@ -7,6 +7,8 @@
 //                    in L1 (128 k-pairs), called over and over: its loads and broadcasts included
 //   gemm_<M>x<K>x<N>_* bf16dot::linear at the prefill's four projection shapes (512 rows), and the
 //                    two groups that share x (q | k | v, gate | up: bf16dot::linear_group)
+//   layer_projections_[grouped_]gflops  a decoder layer's seven projections at those rates, weight
+//                    by weight and grouped as the model runs them
 // Each as GFLOP/s of wall time and GFLOP per CPU-second (thread CPU time for the per-thread loops,
 // process CPU time for the GEMMs, spin-waits included); `_1t` on one thread, `_all` on every pool
 // thread at once ($TTMOE_BENCH_THREADS). `vdpbf16ps` on a zmm is 16 lanes x 2 products: 64 flop.
@@ -134,17 +136,19 @@ inline int peak_mode() {
     const char* name;
     index_t in;
     std::vector<index_t> outs;
-    int per_layer;  // how many of these a decoder layer runs
+    int per_layer, per_layer_grouped;  // how many of these a decoder layer runs: weight by weight, grouped
   };
-  const std::vector<Shape> shapes{{"gemm_512x2048x2048", 2048, {2048}, 2}, {"gemm_512x2048x512", 2048, {512}, 2},
-                                  {"gemm_512x2048x8192", 2048, {8192}, 2}, {"gemm_512x8192x2048", 8192, {2048}, 1},
-                                  {"group_qkv_512x2048", 2048, {2048, 512, 512}, 0},
-                                  {"group_gate_up_512x2048", 2048, {8192, 8192}, 0}};
+  const std::vector<Shape> shapes{{"gemm_512x2048x2048", 2048, {2048}, 2, 1}, {"gemm_512x2048x512", 2048, {512}, 2, 0},
+                                  {"gemm_512x2048x8192", 2048, {8192}, 2, 0}, {"gemm_512x8192x2048", 8192, {2048}, 1, 1},
+                                  {"group_qkv_512x2048", 2048, {2048, 512, 512}, 0, 1},
+                                  {"group_gate_up_512x2048", 2048, {8192, 8192}, 0, 1}};
   std::mt19937 rng(5);
   std::normal_distribution<float> d(0.f, 0.02f);
   std::vector<float> x(std::size_t(rows * 8192));
   for (auto& v : x) v = d(rng);
-  double layer_seconds = 0, layer_flop = 0;  // the four single shapes as one decoder layer runs them
+  // A decoder layer's seven projections at these rates: weight by weight, and as the model runs them
+  // (q | k | v and gate | up grouped).
+  double layer_seconds = 0, layer_flop = 0, grouped_seconds = 0;
   for (const Shape& s : shapes) {
     std::vector<io::Bf16Matrix> ws;
     std::vector<std::vector<float>> ys;
@@ -171,10 +175,11 @@ inline int peak_mode() {
     std::printf("%s_gflops: %.1f\n%s_gflop_per_cpu_s: %.1f\n", s.name, median(wall), s.name, median(cpu));
     std::fflush(stdout);
     layer_seconds += s.per_layer * flop / (median(wall) * 1e9);
+    grouped_seconds += s.per_layer_grouped * flop / (median(wall) * 1e9);
     layer_flop += s.per_layer * flop;
   }
-  // A decoder layer's seven projections (q, o | k, v | gate, up | down) at the rates above.
-  std::printf("layer_projections_gflops: %.1f\n", layer_flop / layer_seconds / 1e9);
+  std::printf("layer_projections_gflops: %.1f\nlayer_projections_grouped_gflops: %.1f\n", layer_flop / layer_seconds / 1e9,
+              layer_flop / grouped_seconds / 1e9);
   std::printf("sink: %g\n", double(sink));
   return 0;
 }
