@@ -658,7 +658,7 @@ TEST_CASE("bf16 many-row group: one vdpbf16ps job gives each weight's linear_bf1
   };
   // 6 x 64 tiles for all (128, 64, 320), 8 x 48 for all with ragged units (261, 15, 2 units + 5),
   // the two shapes mixed (48, 64: one by one), and a depth that takes two row blocks.
-  const index_t unit = cpu_backend::packed::kColumnUnit;
+  const index_t unit = bd::kUnitColumns;
   const std::vector<Case> cases{{19, 1601, {128, 64, 320}}, {97, 770, {261, 15, 2 * unit + 5}},
                                 {40, 33, {48, 64}},         {90, 100000, {5, 7}}};
   REQUIRE(index_t(90) * 50000 > cpu_backend::packed::kColumnSplitMaxA);

@@ -47,9 +47,16 @@ namespace ttmoe::cpu_backend::bf16dot {
 /// 16; docs/design.md): packing W is a word transpose, cheaper than the F32 GEMM's widening.
 inline constexpr index_t kMinRows = 16;
 
-/// k-pairs per packed k-block: 768 values of k, so a 128-column block of packed W is 192 KiB (L2,
-/// as the F32 kernel's KC x 128 floats) and an A sliver (8 rows) 12 KiB (L1).
+/// k-pairs per packed k-block: 768 values of k, so a 64-column block of packed W is 96 KiB (L2)
+/// and an A sliver (8 rows) 12 KiB (L1).
 inline constexpr index_t KCP = 384;
+
+/// Target width of a column unit (whole slivers, at least one): the work a thread takes from the
+/// counter at a time. 64 (one 6 x 64 sliver) rather than the F32 kernel's 128: the same CPU time per
+/// flop (bench_bf16_decode --peak's shapes on one thread, 3 alternating rounds, loaded: 443-451 vs
+/// 448-455 GFLOP per CPU-second), and half the work left to wait for at the end of a job when a
+/// thread is descheduled (a down projection's unit was ~2.5 ms); the W block per thread is 96 KiB.
+inline constexpr index_t kUnitColumns = 64;
 
 /// One 32-bit word of W's row `row` (K values) at pair p: (w[2p], w[2p+1]), the high half 0 past an
 /// odd K's end (no read passes the row, or a mapped file).
@@ -176,7 +183,7 @@ inline int tile_for(index_t n) { return n % packed::AltTile::NR == 0 && n % pack
 template <class Tl>
 inline void gemm_columns(const float* x, index_t m0, index_t M, index_t K, std::span<const Part> parts) {
   constexpr index_t MR = Tl::MR, NR = Tl::NR;
-  constexpr index_t unit = NR * std::max<index_t>(1, packed::kColumnUnit / NR);
+  constexpr index_t unit = NR * std::max<index_t>(1, kUnitColumns / NR);
   const std::size_t threads = ThreadPool::in_parallel() ? 1 : ThreadPool::instance().num_threads();
   const index_t pairs = (K + 1) / 2, m_slivers = (M + MR - 1) / MR, m_padded = m_slivers * MR;
   const index_t k_blocks = (pairs + KCP - 1) / KCP, w_len = std::min(KCP, pairs) * unit;
