@@ -53,8 +53,8 @@ inline constexpr index_t KCP = 384;
 
 /// Target width of a column unit (whole slivers, at least one): the work a thread takes from the
 /// counter at a time. 64 (one 6 x 64 sliver) rather than the F32 kernel's 128: the same CPU time per
-/// flop (bench_bf16_decode --peak's shapes on one thread, 3 alternating rounds, loaded: 443-451 vs
-/// 448-455 GFLOP per CPU-second), and half the work left to wait for at the end of a job when a
+/// flop (a decoder layer's projections at 512 rows, grouped, on one thread, 3 alternating rounds,
+/// loaded: 448-455 vs 443-451 GFLOP per CPU-second; docs/design.md, helper prefill17), and half the work left to wait for at the end of a job when a
 /// thread is descheduled (a down projection's unit was ~2.5 ms); the W block per thread is 96 KiB.
 inline constexpr index_t kUnitColumns = 64;
 
