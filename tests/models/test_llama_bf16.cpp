@@ -233,12 +233,12 @@ TEST_CASE("AVX512-BF16 vdpbf16ps GEMM and GEMV: rounded x times BF16 W against a
   const std::size_t threads_before = cpu_backend::num_threads();
   const index_t mr = cpu_backend::packed::WideTile::MR, nr = cpu_backend::packed::WideTile::NR;
   // Depths below a pair (1), one pair, odd (the last pair's high half is 0), past a group of 8
-  // pairs with a remainder and past one k-block (768 values) odd; rows below, at and off the tile's
+  // pairs with a remainder, odd, and past one k-block (2 KCP values) odd; rows below, at and off the tile's
   // MR; outputs below a vector (1, 15), one vector, a sliver, 64 (the 6 x 64 tile), and ragged
   // units. The kernel is called directly, so small row counts run it too.
   // Two threads (one thread computes the same sums in the same order: checked bit for bit below).
   cpu_backend::set_num_threads(2);
-  for (index_t in : {index_t(1), index_t(2), index_t(3), index_t(33), index_t(1601)})
+  for (index_t in : {index_t(1), index_t(2), index_t(3), index_t(33), index_t(1601), 2 * cpu_backend::bf16dot::KCP + 53})
     for (index_t rows : {index_t(1), mr - 1, 2 * mr + 3})
       for (index_t out : {index_t(1), index_t(15), index_t(16), nr, index_t(64), 2 * cpu_backend::packed::kColumnUnit + 5})
         check_bf16_linear(cpu_backend::bf16dot::linear, rows, in, out, true);
@@ -656,10 +656,10 @@ TEST_CASE("bf16 many-row group: one vdpbf16ps job gives each weight's linear_bf1
     index_t rows, in;
     std::vector<index_t> outs;
   };
-  // 6 x 64 tiles for all (128, 64, 320), 8 x 48 for all with ragged units (261, 15, 2 units + 5),
+  // 6 x 64 tiles for all (128, 64, 320) past one k-block, 8 x 48 for all with ragged units (261, 15, 2 units + 5),
   // the two shapes mixed (48, 64: one by one), and a depth that takes two row blocks.
   const index_t unit = bd::kUnitColumns;
-  const std::vector<Case> cases{{19, 1601, {128, 64, 320}}, {97, 770, {261, 15, 2 * unit + 5}},
+  const std::vector<Case> cases{{19, 2 * bd::KCP + 53, {128, 64, 320}}, {97, 770, {261, 15, 2 * unit + 5}},
                                 {40, 33, {48, 64}},         {90, 100000, {5, 7}}};
   REQUIRE(index_t(90) * 50000 > cpu_backend::packed::kColumnSplitMaxA);
   for (std::size_t nt : {std::size_t(1), std::size_t(2)})

@@ -47,9 +47,14 @@ namespace ttmoe::cpu_backend::bf16dot {
 /// 16; docs/design.md): packing W is a word transpose, cheaper than the F32 GEMM's widening.
 inline constexpr index_t kMinRows = 16;
 
-/// k-pairs per packed k-block: 768 values of k, so a 64-column block of packed W is 96 KiB (L2)
-/// and an A sliver (8 rows) 12 KiB (L1).
-inline constexpr index_t KCP = 384;
+/// k-pairs per packed k-block: 2048 values of k, so a 64-column block of packed W is 256 KiB (L2)
+/// and an x sliver 24 KiB (6 rows) or 32 KiB (8 rows), in L1. Deeper blocks mean fewer passes of C
+/// (each k-block after the first reads and rewrites every C tile): at 2048 a Llama-1B projection
+/// of depth 2048 is ONE k-block and its down projection 4 instead of 11. 1024 pairs against 384:
+/// a decoder layer's projections at 512 rows took 4-5% less CPU time per flop (6 alternating rounds,
+/// loaded; docs/design.md, helper prefill17); the micro-kernel itself runs at the same rate with W
+/// slivers from 16 to 192 KiB.
+inline constexpr index_t KCP = 1024;
 
 /// Target width of a column unit (whole slivers, at least one): the work a thread takes from the
 /// counter at a time. 64 (one 6 x 64 sliver) rather than the F32 kernel's 128: the same CPU time per
