@@ -59,8 +59,9 @@ inline constexpr index_t KCP = 1024;
 /// Target width of a column unit (whole slivers, at least one): the work a thread takes from the
 /// counter at a time. 64 (one 6 x 64 sliver) rather than the F32 kernel's 128: the same CPU time per
 /// flop (a decoder layer's projections at 512 rows, grouped, on one thread, 3 alternating rounds,
-/// loaded: 448-455 vs 443-451 GFLOP per CPU-second; docs/design.md, helper prefill17), and half the work left to wait for at the end of a job when a
-/// thread is descheduled (a down projection's unit was ~2.5 ms); the W block per thread is 96 KiB.
+/// loaded: 448-455 vs 443-451 GFLOP per CPU-second; docs/design.md, helper prefill17), and half the
+/// work left to wait for at the end of a job when the other thread is descheduled (a down
+/// projection's 128-column unit was ~2.5 ms).
 inline constexpr index_t kUnitColumns = 64;
 
 /// One 32-bit word of W's row `row` (K values) at pair p: (w[2p], w[2p+1]), the high half 0 past an
@@ -242,11 +243,11 @@ inline bool groups(std::span<const Part> parts, index_t K) {
 }
 
 /// Every part's y = round_bf16(x) w^T (+ bias) (+ residual) for x [rows, K] (K = every part's
-/// w->cols; the caller checks that): BF16 products, F32 sums. The parts share one job per row block (gemm_columns): x packed
-/// once, one meeting of the threads, where separate calls would pack it and meet once per weight
-/// (attention's q | k | v, SwiGLU's gate | up at prefill). Parts that cannot share (groups() false)
-/// run one by one, with the same results. x in row blocks of at most packed::kColumnSplitMaxA words of
-/// packed x, each streaming the weights once more.
+/// w->cols; the caller checks that): BF16 products, F32 sums. The parts share one job per row block
+/// (gemm_columns): x packed once, one meeting of the threads, where separate calls would pack it
+/// and meet once per weight (attention's q | k | v, SwiGLU's gate | up at prefill). Parts that
+/// cannot share (groups() false) run one by one, with the same results. x in row blocks of at most
+/// packed::kColumnSplitMaxA words of packed x, each streaming the weights once more.
 inline void linear_group(const float* x, index_t rows, index_t K, std::span<const Part> parts) {
   if (rows == 0 || parts.empty()) return;
   if (parts.size() > 1 && !groups(parts, K)) {
