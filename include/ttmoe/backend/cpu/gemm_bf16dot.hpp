@@ -52,8 +52,8 @@ inline constexpr index_t kMinRows = 16;
 /// (each k-block after the first reads and rewrites every C tile): at 2048 a Llama-1B projection
 /// of depth 2048 is ONE k-block and its down projection 4 instead of 11. 1024 pairs against 384:
 /// a decoder layer's projections at 512 rows took 4-5% less CPU time per flop (6 alternating rounds,
-/// loaded; docs/design.md, helper prefill17); the micro-kernel itself runs at the same rate with W
-/// slivers from 16 to 192 KiB.
+/// loaded; docs/design.md, helper prefill17); the micro-kernel alone ran at the same rate with W
+/// slivers from 16 to 192 KiB, so streaming W from L2 costs it nothing.
 inline constexpr index_t KCP = 1024;
 
 /// Target width of a column unit (whole slivers, at least one): the work a thread takes from the
