@@ -19,7 +19,8 @@
 // prefaulted as load_llama maps a checkpoint: page-cache pages of 4 KiB) and `huge` (anonymous
 // memory with MADV_HUGEPAGE, io::copy_to_huge_pages), printing `pages_{heap,file,huge}_gbps`, their
 // ratios to the same rounds' triad and `pages_huge_over_file`.
-// Threads: $TTMOE_BENCH_THREADS (default 2).
+// With `--peak` (AVX512-BF16 builds) it measures the `vdpbf16ps` peak and the prefill GEMM's rates
+// (bf16dot_peak.hpp). Threads: $TTMOE_BENCH_THREADS (default 2).
 #include <ttmoe/models/llm.hpp>
 #include <ttmoe/ttmoe.hpp>
 
@@ -34,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bf16dot_peak.hpp"
 #include "common.hpp"
 
 using namespace ttmoe;
@@ -225,6 +227,9 @@ int main(int argc, char** argv) {
   cpu_backend::set_num_threads(std::size_t(bench::env_int("TTMOE_BENCH_THREADS", 2)));
   if (argc == 3 && std::string(argv[1]) == "--rss") return rss_mode(argv[2]);
   if (argc == 3 && std::string(argv[1]) == "--pages") return pages_mode(argv[2]);
+#if defined(TTMOE_BF16DOT_GEMM)
+  if (argc == 2 && std::string(argv[1]) == "--peak") return bench::bf16peak::peak_mode();
+#endif
 #if defined(TTMOE_PACKED_GEMM)
   if (argc == 3 && std::string(argv[1]) == "--rows") return rows_mode(argv[2]);
 #endif

@@ -233,12 +233,12 @@ TEST_CASE("AVX512-BF16 vdpbf16ps GEMM and GEMV: rounded x times BF16 W against a
   const std::size_t threads_before = cpu_backend::num_threads();
   const index_t mr = cpu_backend::packed::WideTile::MR, nr = cpu_backend::packed::WideTile::NR;
   // Depths below a pair (1), one pair, odd (the last pair's high half is 0), past a group of 8
-  // pairs with a remainder and past one k-block (768 values) odd; rows below, at and off the tile's
+  // pairs with a remainder, odd, and past one k-block (2 KCP values) odd; rows below, at and off the tile's
   // MR; outputs below a vector (1, 15), one vector, a sliver, 64 (the 6 x 64 tile), and ragged
   // units. The kernel is called directly, so small row counts run it too.
   // Two threads (one thread computes the same sums in the same order: checked bit for bit below).
   cpu_backend::set_num_threads(2);
-  for (index_t in : {index_t(1), index_t(2), index_t(3), index_t(33), index_t(1601)})
+  for (index_t in : {index_t(1), index_t(2), index_t(3), index_t(33), index_t(1601), 2 * cpu_backend::bf16dot::KCP + 53})
     for (index_t rows : {index_t(1), mr - 1, 2 * mr + 3})
       for (index_t out : {index_t(1), index_t(15), index_t(16), nr, index_t(64), 2 * cpu_backend::packed::kColumnUnit + 5})
         check_bf16_linear(cpu_backend::bf16dot::linear, rows, in, out, true);
@@ -755,4 +755,90 @@ TEST_CASE("bf16 load into huge pages: own storage, bit-identical logits and toke
     CHECK_THROWS_AS(models::load_llama<float>(dir.path, models::WeightPrecision::bf16, models::Bf16Storage::huge_pages),
                     io::SafetensorsError);
   }
+}
+
+TEST_CASE("bf16 many-row group: one vdpbf16ps job gives each weight's linear_bf16 output bit for bit", "[llm][bf16]") {
+  // Prefill's q | k | v and gate | up: from bf16dot::kMinRows rows with bf16 arithmetic, the weights
+  // that read the same x run as ONE column-split job (x packed once, units of all their columns from
+  // one counter). Every output element is summed in the same order as a weight's own call, so the
+  // outputs must be identical, whatever the thread count, ragged column units, bias and residual,
+  // row blocks (kColumnSplitMaxA) and parts whose tile shapes differ (those run one by one).
+  const std::size_t threads_before = cpu_backend::num_threads();
+  using A = io::Bf16Arithmetic;
+#if defined(TTMOE_BF16DOT_GEMM)
+  namespace bd = cpu_backend::bf16dot;
+  struct Case {
+    index_t rows, in;
+    std::vector<index_t> outs;
+  };
+  // 6 x 64 tiles for all (128, 64, 320) past one k-block, 8 x 48 for all with ragged units (261, 15, 2 units + 5),
+  // the two shapes mixed (48, 64: one by one), and a depth that takes two row blocks.
+  const index_t unit = bd::kUnitColumns;
+  const std::vector<Case> cases{{19, 2 * bd::KCP + 53, {128, 64, 320}}, {97, 770, {261, 15, 2 * unit + 5}},
+                                {40, 33, {48, 64}},         {90, 100000, {5, 7}}};
+  REQUIRE(index_t(90) * 50000 > cpu_backend::packed::kColumnSplitMaxA);
+  for (std::size_t nt : {std::size_t(1), std::size_t(2)})
+    for (const Case& c : cases) {
+      cpu_backend::set_num_threads(nt);
+      const auto x = random_values(std::size_t(c.rows * c.in), 400 + c.in);
+      std::vector<io::Bf16Matrix> ws;
+      std::vector<std::vector<float>> biases, res, got, want;
+      for (std::size_t i = 0; i < c.outs.size(); ++i) {
+        const auto w = random_values(std::size_t(c.outs[i] * c.in), 410 + i);
+        ws.push_back(io::Bf16Matrix::from_floats(w.data(), c.outs[i], c.in));
+        biases.push_back(i == 1 ? std::vector<float>{} : random_values(std::size_t(c.outs[i]), 420 + i));
+        res.push_back(i == 0 ? std::vector<float>{} : random_values(std::size_t(c.rows * c.outs[i]), 430 + i));
+        got.emplace_back(std::size_t(c.rows * c.outs[i]), -1.f);
+        want.emplace_back(std::size_t(c.rows * c.outs[i]), -2.f);
+      }
+      std::vector<bd::Part> parts;
+      for (std::size_t i = 0; i < c.outs.size(); ++i) {
+        const float* b = biases[i].empty() ? nullptr : biases[i].data();
+        const float* r = res[i].empty() ? nullptr : res[i].data();
+        bd::linear(x.data(), c.rows, ws[i], b, r, want[i].data());
+        parts.push_back({&ws[i], b, r, got[i].data()});
+      }
+      bd::linear_group(x.data(), c.rows, c.in, parts);
+      INFO("threads " << nt << " rows " << c.rows << " in " << c.in);
+      for (std::size_t i = 0; i < c.outs.size(); ++i) CHECK(got[i] == want[i]);
+    }
+  // The grouped output against the double reference too (the second part of an 8 x 48 group).
+  cpu_backend::set_num_threads(2);
+  check_bf16_linear(
+      [](const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual, float* y) {
+        const auto other = random_values(std::size_t(96 * w.cols), 440);
+        const io::Bf16Matrix first = io::Bf16Matrix::from_floats(other.data(), 96, w.cols);
+        std::vector<float> y0(std::size_t(rows * 96));
+        const std::array<bd::Part, 2> parts{bd::Part{&first, nullptr, nullptr, y0.data()}, bd::Part{&w, bias, residual, y}};
+        REQUIRE(bd::groups(parts, w.cols));
+        bd::linear_group(x, rows, w.cols, parts);
+      },
+      37, 1601, 192, true);
+#endif
+  // The tensor entry point (every CPU): bf16 arithmetic at and past the GEMM threshold, exact, and
+  // mixed arithmetics, each output equal to linear_bf16 on its own; a wrong width is named.
+  cpu_backend::set_num_threads(2);
+  const index_t in = 96;
+  const auto w0 = random_values(std::size_t(128 * in), 501), w1 = random_values(std::size_t(64 * in), 502);
+  io::Bf16Matrix W0 = io::Bf16Matrix::from_floats(w0.data(), 128, in), W1 = io::Bf16Matrix::from_floats(w1.data(), 64, in);
+  const Tensor<float, DynShape<1>> none;
+  const auto bias = Tensor<float, DynShape<1>>::from_host(DynShape<1>(64), random_values(64, 503));
+  for (int mode = 0; mode < 3; ++mode) {  // bf16, exact, mixed
+    W0.arithmetic = mode == 1 ? A::exact : A::bf16_activations;
+    W1.arithmetic = mode == 0 ? A::bf16_activations : A::exact;
+    for (index_t rows : {index_t(16), index_t(45)}) {
+      const auto x = Tensor<float, DynShape<3>>::from_host(DynShape<3>(1, rows, in), random_values(std::size_t(rows * in), 504));
+      const auto [y0, y1] = linear_bf16_group(x, std::array<const io::Bf16Matrix*, 2>{&W0, &W1},
+                                              std::array<const Tensor<float, DynShape<1>>*, 2>{&none, &bias});
+      INFO("mode " << mode << " rows " << rows);
+      CHECK((y0.extent(1) == rows && y0.extent(2) == 128 && y1.extent(1) == rows && y1.extent(2) == 64));
+      CHECK(y0.to_vector() == linear_bf16(x, W0, none).to_vector());
+      CHECK(y1.to_vector() == linear_bf16(x, W1, bias).to_vector());
+    }
+  }
+  const auto narrow_x = Tensor<float, DynShape<2>>::from_host(DynShape<2>(20, in - 2), random_values(std::size_t(20 * (in - 2)), 505));
+  CHECK_THROWS_AS(linear_bf16_group(narrow_x, std::array<const io::Bf16Matrix*, 2>{&W0, &W1},
+                                    std::array<const Tensor<float, DynShape<1>>*, 2>{&none, &none}),
+                  ShapeError);
+  cpu_backend::set_num_threads(threads_before);
 }

@@ -19,7 +19,9 @@
 // Schedule: packed::run_column_split, as gemm_column_split (x small, W wide): the threads pack all
 // of x together, meet once, then take units of columns from a counter, each packing its unit's
 // k-block of W into its own L2-sized buffer and running every row sliver past it, so W streams
-// from memory once.
+// from memory once. Several weights that read the same x (q | k | v, gate | up: linear_group) are
+// one such job: x packed once and one meeting for the group, the units of all their columns from
+// one counter.
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #define TTMOE_BF16DOT_GEMM 1
@@ -30,6 +32,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -44,9 +47,22 @@ namespace ttmoe::cpu_backend::bf16dot {
 /// 16; docs/design.md): packing W is a word transpose, cheaper than the F32 GEMM's widening.
 inline constexpr index_t kMinRows = 16;
 
-/// k-pairs per packed k-block: 768 values of k, so a 128-column block of packed W is 192 KiB (L2,
-/// as the F32 kernel's KC x 128 floats) and an A sliver (8 rows) 12 KiB (L1).
-inline constexpr index_t KCP = 384;
+/// k-pairs per packed k-block: 2048 values of k, so a 64-column block of packed W is 256 KiB (L2)
+/// and an x sliver 24 KiB (6 rows) or 32 KiB (8 rows), in L1. Deeper blocks mean fewer passes of C
+/// (each k-block after the first reads and rewrites every C tile): at 2048 a Llama-1B projection
+/// of depth 2048 is ONE k-block and its down projection 4 instead of 11. 1024 pairs against 384:
+/// a decoder layer's projections at 512 rows took 4-5% less CPU time per flop (6 alternating rounds,
+/// loaded; docs/design.md, helper prefill17); the micro-kernel alone ran at the same rate with W
+/// slivers from 16 to 192 KiB, so streaming W from L2 costs it nothing.
+inline constexpr index_t KCP = 1024;
+
+/// Target width of a column unit (whole slivers, at least one): the work a thread takes from the
+/// counter at a time. 64 (one 6 x 64 sliver) rather than the F32 kernel's 128: the same CPU time per
+/// flop (a decoder layer's projections at 512 rows, grouped, on one thread, 3 alternating rounds,
+/// loaded: 448-455 vs 443-451 GFLOP per CPU-second; docs/design.md, helper prefill17), and half the
+/// work left to wait for at the end of a job when the other thread is descheduled (a down
+/// projection's 128-column unit was ~2.5 ms).
+inline constexpr index_t kUnitColumns = 64;
 
 /// One 32-bit word of W's row `row` (K values) at pair p: (w[2p], w[2p+1]), the high half 0 past an
 /// odd K's end (no read passes the row, or a mapped file).
@@ -118,10 +134,14 @@ inline void pack_x(const float* x, index_t K, index_t m0, index_t mc, index_t p0
 }
 
 /// One micro-tile: acc = x sliver . W sliver over kcp pairs (`vdpbf16ps`), then the F32 kernel's
-/// store_tile (`up`: assign with bias and residual on the first k-block, add on later ones).
+/// store_tile (`up`: assign with bias and residual on the first k-block, add on later ones). The
+/// tile's bias and residual come as pointers (already moved to the tile), not as a GemmEpilogue:
+/// a 56-byte struct built on the stack for every call cost a store-forwarding stall per call,
+/// about 1% of a prefill's samples.
 template <class Tl>
 inline void micro_kernel(index_t kcp, const std::uint32_t* a, const std::uint32_t* b, float* c, index_t ldc,
-                         packed::Update up, const ttmoe::GemmEpilogue<float>& ep, index_t mr, index_t nr) {
+                         packed::Update up, const float* bias, const float* residual, index_t ld_residual, index_t mr,
+                         index_t nr) {
   constexpr index_t MR = Tl::MR, NR = Tl::NR;
   constexpr int NV = Tl::NV;
   __m512 acc[MR][NV];
@@ -142,19 +162,39 @@ inline void micro_kernel(index_t kcp, const std::uint32_t* a, const std::uint32_
     a += MR;
     b += NR;
   }
+  ttmoe::GemmEpilogue<float> ep;
+  ep.bias = bias;
+  ep.residual = residual;
+  ep.ld_residual = ld_residual;
   packed::store_tile<Tl, void>(acc, c, ldc, 1.f, 0.f, up, true, ep, mr, nr);
 }
 
-/// y[M, N] = round_bf16(x)[M, K] W^T, finished by `ep` (bias, residual), with tile Tl, threads
-/// splitting the columns (see the header comment). x row-major with stride K, y with stride N.
+/// One weight of a group that reads the same x (linear_group): y [rows, w->rows] = round_bf16(x)
+/// w^T (+ bias [w->rows]) (+ residual [rows, w->rows]); bias and residual may be null.
+struct Part {
+  const io::Bf16Matrix* w = nullptr;
+  const float* bias = nullptr;
+  const float* residual = nullptr;
+  float* y = nullptr;
+};
+
+/// The tile linear() runs a weight of `n` outputs with: the one that pads N least (gemm_packed.hpp's
+/// rule). 0 for packed::WideTile, 1 for packed::AltTile.
+inline int tile_for(index_t n) { return n % packed::AltTile::NR == 0 && n % packed::WideTile::NR != 0 ? 1 : 0; }
+
+/// Rows [m0, m0 + M) of every part's product (all parts K wide), with tile Tl, threads splitting the
+/// columns (see the header comment): x is packed ONCE for the whole group, then the threads meet
+/// once and take units of columns of all the parts' outputs from one counter. Each output element
+/// is summed in the same order as with a group of one, so grouping changes no bit.
 template <class Tl>
-inline void gemm_columns(const float* x, index_t M, const std::uint16_t* w, index_t N, index_t K, float* y,
-                         const ttmoe::GemmEpilogue<float>& ep) {
+inline void gemm_columns(const float* x, index_t m0, index_t M, index_t K, std::span<const Part> parts) {
   constexpr index_t MR = Tl::MR, NR = Tl::NR;
-  constexpr index_t unit = NR * std::max<index_t>(1, packed::kColumnUnit / NR);
+  constexpr index_t unit = NR * std::max<index_t>(1, kUnitColumns / NR);
   const std::size_t threads = ThreadPool::in_parallel() ? 1 : ThreadPool::instance().num_threads();
   const index_t pairs = (K + 1) / 2, m_slivers = (M + MR - 1) / MR, m_padded = m_slivers * MR;
-  const index_t k_blocks = (pairs + KCP - 1) / KCP, units = (N + unit - 1) / unit, w_len = std::min(KCP, pairs) * unit;
+  const index_t k_blocks = (pairs + KCP - 1) / KCP, w_len = std::min(KCP, pairs) * unit;
+  index_t units = 0;
+  for (const Part& p : parts) units += (p.w->rows + unit - 1) / unit;
   // Words are 4 bytes like the floats PackScratch counts: packed x (block kb at p0 m_padded, sliver
   // s at + s kcp MR) in slot 1, one unit's k-block of W per thread in slot 0, as the F32 kernel.
   const packed::PackScratch a_scratch(m_padded * pairs, 1), b_scratch(w_len * index_t(threads), 0);
@@ -164,45 +204,72 @@ inline void gemm_columns(const float* x, index_t M, const std::uint16_t* w, inde
       threads, pack_units, units,
       [&](index_t u) {
         const index_t kb = u / m_slivers, s = u % m_slivers, p0 = kb * KCP, kcp = std::min(KCP, pairs - p0);
-        pack_x<Tl>(x, K, s * MR, std::min(MR, M - s * MR), p0, kcp, ap + p0 * m_padded + s * kcp * MR);
+        pack_x<Tl>(x, K, m0 + s * MR, std::min(MR, M - s * MR), p0, kcp, ap + p0 * m_padded + s * kcp * MR);
       },
       [&](std::size_t t, index_t u) {
+        // The part this unit belongs to (a group has a few parts, so a scan).
+        std::size_t i = 0;
+        for (index_t n = (parts[0].w->rows + unit - 1) / unit; u >= n; n = (parts[i].w->rows + unit - 1) / unit)
+          u -= n, ++i;
+        const Part& part = parts[i];
+        const index_t N = part.w->rows;
+        float* y = part.y + m0 * N;
+        const float* res = part.residual ? part.residual + m0 * N : nullptr;
         auto* bp = reinterpret_cast<std::uint32_t*>(b_scratch.get()) + index_t(t) * w_len;
         const index_t n0 = u * unit, nc = std::min(unit, N - n0);
         for (index_t p0 = 0; p0 < pairs; p0 += KCP) {
           const index_t kcp = std::min(KCP, pairs - p0);
-          pack_w<Tl>(w, K, p0, kcp, n0, nc, bp);
+          pack_w<Tl>(part.w->bits, K, p0, kcp, n0, nc, bp);
           const packed::Update up = p0 > 0 ? packed::Update::add : packed::Update::assign;
           const std::uint32_t* ak = ap + p0 * m_padded;
           for (index_t s = 0; s < m_slivers; ++s) {
-            const index_t m0 = s * MR, mr = std::min(MR, M - m0);
+            const index_t r0 = s * MR, mr = std::min(MR, M - r0);
             for (index_t j = 0; j < nc; j += NR)
-              micro_kernel<Tl>(kcp, ak + s * kcp * MR, bp + (j / NR) * kcp * NR, y + m0 * N + n0 + j, N, up,
-                               ep.at(m0, n0 + j), mr, std::min(NR, nc - j));
+              micro_kernel<Tl>(kcp, ak + s * kcp * MR, bp + (j / NR) * kcp * NR, y + r0 * N + n0 + j, N, up,
+                               part.bias ? part.bias + n0 + j : nullptr, res ? res + r0 * N + n0 + j : nullptr, N, mr,
+                               std::min(NR, nc - j));
           }
         }
       });
 }
 
-/// y = round_bf16(x) W^T (+ bias) (+ residual) for x [rows, w.cols], y and residual [rows, w.rows]:
-/// BF16 products, F32 sums. The tile that pads N least (gemm_packed.hpp's rule); x in row blocks of
-/// at most packed::kColumnSplitMaxA words of packed x, each streaming W once more.
-inline void linear(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
-                   float* y) {
-  if (rows == 0 || w.rows == 0) return;
-  const index_t N = w.rows, K = w.cols, pairs = (K + 1) / 2;
+/// Whether linear_group runs `parts` as one job: two or more weights, all `K` wide, all with the
+/// same tile (tile_for). Otherwise each goes through linear() on its own.
+inline bool groups(std::span<const Part> parts, index_t K) {
+  if (parts.size() < 2) return false;
+  for (const Part& p : parts)
+    if (p.w->cols != K || p.w->rows == 0 || tile_for(p.w->rows) != tile_for(parts[0].w->rows)) return false;
+  return true;
+}
+
+/// Every part's y = round_bf16(x) w^T (+ bias) (+ residual) for x [rows, K] (K = every part's
+/// w->cols; the caller checks that): BF16 products, F32 sums. The parts share one job per row block
+/// (gemm_columns): x packed once, one meeting of the threads, where separate calls would pack it
+/// and meet once per weight (attention's q | k | v, SwiGLU's gate | up at prefill). Parts that
+/// cannot share (groups() false) run one by one, with the same results. x in row blocks of at most
+/// packed::kColumnSplitMaxA words of packed x, each streaming the weights once more.
+inline void linear_group(const float* x, index_t rows, index_t K, std::span<const Part> parts) {
+  if (rows == 0 || parts.empty()) return;
+  if (parts.size() > 1 && !groups(parts, K)) {
+    for (const Part& p : parts) linear_group(x, rows, K, std::span<const Part>(&p, 1));
+    return;
+  }
+  if (parts[0].w->rows == 0) return;
+  const index_t pairs = (K + 1) / 2;
   auto run = [&]<class Tl>(Tl) {
     const index_t block = std::max(Tl::MR, packed::kColumnSplitMaxA / std::max<index_t>(pairs, 1) / Tl::MR * Tl::MR);
-    for (index_t m0 = 0; m0 < rows; m0 += block) {
-      ttmoe::GemmEpilogue<float> ep;
-      ep.bias = bias;
-      ep.residual = residual ? residual + m0 * N : nullptr;
-      ep.ld_residual = N;
-      gemm_columns<Tl>(x + m0 * K, std::min(block, rows - m0), w.bits, N, K, y + m0 * N, ep);
-    }
+    for (index_t m0 = 0; m0 < rows; m0 += block) gemm_columns<Tl>(x, m0, std::min(block, rows - m0), K, parts);
   };
-  if (N % packed::AltTile::NR == 0 && N % packed::WideTile::NR != 0) run(packed::AltTile{});
+  if (tile_for(parts[0].w->rows) == 1) run(packed::AltTile{});
   else run(packed::WideTile{});
+}
+
+/// y = round_bf16(x) W^T (+ bias) (+ residual) for x [rows, w.cols], y and residual [rows, w.rows]:
+/// linear_group with one part.
+inline void linear(const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
+                   float* y) {
+  const Part part{&w, bias, residual, y};
+  linear_group(x, rows, w.cols, std::span<const Part>(&part, 1));
 }
 
 /// Values of x per `vdpbf16ps` step of the batch-1 GEMV: one zmm of BF16.

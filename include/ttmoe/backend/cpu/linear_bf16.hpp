@@ -392,7 +392,9 @@ Tensor<float, DynShape<S::rank>, cpu> linear_bf16(const Tensor<float, S, cpu>& x
 /// The outputs x W_i^T (+ b_i) of several BF16 weights on one input x [..., in] (nn::linear_group's
 /// q | k | v and gate | up); inference only, found by argument-dependent lookup as linear_bf16 is. One
 /// activation row runs the weights as one group (cpu_backend::linear_bf16_gemv_group: one parallel
-/// region), more rows each weight on its own (linear_bf16). `biases[i]` may be undefined.
+/// region); from bf16dot::kMinRows rows with bf16 arithmetic on AVX512-BF16 builds, one `vdpbf16ps`
+/// GEMM job (bf16dot::linear_group: x packed once, one meeting of the threads); otherwise each weight
+/// on its own (linear_bf16). Each output is bit-identical to linear_bf16's. `biases[i]` may be undefined.
 template <class S, std::size_t N>
 std::array<Tensor<float, DynShape<S::rank>, cpu>, N> linear_bf16_group(
     const Tensor<float, S, cpu>& x, const std::array<const io::Bf16Matrix*, N>& ws,
@@ -400,8 +402,24 @@ std::array<Tensor<float, DynShape<S::rank>, cpu>, N> linear_bf16_group(
   static_assert(S::rank >= 2, "linear_bf16_group: x must have rank >= 2");
   std::array<Tensor<float, DynShape<S::rank>, cpu>, N> out;
   const index_t in = x.extent(S::rank - 1);
-  if (x.numel() != in) {  // not one row: each weight on its own
-    for (std::size_t i = 0; i < N; ++i) out[i] = linear_bf16(x, *ws[i], *biases[i]);
+  if (x.numel() != in) {  // not one row
+#if defined(TTMOE_BF16DOT_GEMM)
+    const index_t rows = x.numel() / std::max<index_t>(in, 1);
+    bool rounded = rows >= cpu_backend::bf16dot::kMinRows && in > 0;
+    for (const auto* w : ws) rounded = rounded && w->cols == in && w->arithmetic == io::Bf16Arithmetic::bf16_activations;
+    if (rounded) {
+      std::array<cpu_backend::bf16dot::Part, N> parts;
+      for (std::size_t i = 0; i < N; ++i) {
+        auto e = x.shape().extents();
+        e[S::rank - 1] = ws[i]->rows;
+        out[i] = Tensor<float, DynShape<S::rank>, cpu>(DynShape<S::rank>::from_extents(e, "linear_bf16"));
+        parts[i] = {ws[i], biases[i]->defined() ? biases[i]->data() : nullptr, nullptr, out[i].data()};
+      }
+      cpu_backend::bf16dot::linear_group(x.data(), rows, in, std::span<const cpu_backend::bf16dot::Part>(parts));
+      return out;
+    }
+#endif
+    for (std::size_t i = 0; i < N; ++i) out[i] = linear_bf16(x, *ws[i], *biases[i]);  // each on its own
     return out;
   }
   std::array<cpu_backend::Bf16GemvPart, N> parts;
