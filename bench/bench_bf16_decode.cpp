@@ -5,6 +5,8 @@
 //   bf16_gemv_gbps            weight bytes streamed per second (each weight read once per token)
 //   triad_gbps                c = a + s b over 3 x 64 MiB on the same thread pool
 //   bf16_gemv_fraction_of_triad   the ratio (issue target >= 0.85)
+//   read_gbps, read_fraction_of_triad   a plain read of the triad's arrays in the same rounds: the
+//                             read-only ceiling a GEMV can reach (bf16dot_gemv_fraction_of_read)
 // With `--rss DIR` it instead loads the HF folder DIR with BF16 weights (mapped), prefills a short
 // prompt into a 2048-token KV cache, decodes a few tokens and prints peak RSS (getrusage) over the
 // weight bytes on disk (issue target <= 1.15). With `--rows R1,R2,...` it times the layer's 7
@@ -27,6 +29,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -266,11 +269,25 @@ int main(int argc, char** argv) {
     });
   };
   const double triad_bytes = 3.0 * sizeof(float) * double(n);
+  // A plain read of the same three arrays (XOR of their words, which vectorises with no reordering
+  // question): what a read-only stream such as a decode step's GEMVs can get in the same minute.
+  // The triad also writes, and on this VM the two do not move together (design.md, #14 decode).
+  std::atomic<std::uint32_t> read_sink{0};
+  auto plain_read = [&] {
+    cpu_backend::parallel_for(n, cpu_backend::kElementwiseGrain, [&](index_t lo, index_t hi) {
+      std::uint32_t acc = 0;
+      for (const auto* arr : {a.data(), b.data(), c.data()}) {
+        const auto* wv = reinterpret_cast<const std::uint32_t*>(arr);
+        for (index_t i = lo; i < hi; ++i) acc ^= wv[i];
+      }
+      read_sink.fetch_xor(acc, std::memory_order_relaxed);
+    });
+  };
 
   // Alternating rounds; each round times a few repetitions of each and keeps the rate.
   const int rounds = bench::env_int("TTMOE_BENCH_REPS", 15);
-  std::vector<double> gemv_rate, triad_rate, dot_gemv_rate;
-  layer(), triad();  // warm-up: pool start, first touches
+  std::vector<double> gemv_rate, triad_rate, dot_gemv_rate, read_rate, read_over_triad, dot_over_read;
+  layer(), triad(), plain_read();  // warm-up: pool start, first touches
   for (int r = 0; r < rounds; ++r) {
     auto t0 = bench::Clock::now();
     for (int k = 0; k < 8; ++k) layer();
@@ -278,19 +295,34 @@ int main(int argc, char** argv) {
     t0 = bench::Clock::now();
     for (int k = 0; k < 4; ++k) triad();
     triad_rate.push_back(4 * triad_bytes / bench::seconds_since(t0));
+    t0 = bench::Clock::now();
+    for (int k = 0; k < 4; ++k) plain_read();
+    read_rate.push_back(4 * triad_bytes / bench::seconds_since(t0));
+    read_over_triad.push_back(read_rate.back() / triad_rate.back());
 #if defined(TTMOE_BF16DOT_GEMM)
     // The vdpbf16ps GEMV (x rounded to BF16) on the same weights, in the same rounds.
     t0 = bench::Clock::now();
     for (int k = 0; k < 8; ++k)
       for (const auto& w : ws) cpu_backend::bf16dot::gemv(x.data(), w, nullptr, nullptr, y.data());
     dot_gemv_rate.push_back(8 * weight_bytes / bench::seconds_since(t0));
+    dot_over_read.push_back(dot_gemv_rate.back() / read_rate.back());
 #endif
   }
   const double g = bench::median(gemv_rate), t = bench::median(triad_rate);
   std::printf("bf16_gemv_layer_mb: %.1f\nbf16_gemv_gbps: %.2f\ntriad_gbps: %.2f\nbf16_gemv_fraction_of_triad: %.3f\n",
               weight_bytes / 1e6, g / 1e9, t / 1e9, g / t);
+  std::printf("read_gbps: %.2f (rounds %.1f-%.1f)\nread_fraction_of_triad: %.3f (rounds %.3f-%.3f)\n",
+              bench::median(read_rate) / 1e9, *std::min_element(read_rate.begin(), read_rate.end()) / 1e9,
+              *std::max_element(read_rate.begin(), read_rate.end()) / 1e9, bench::median(read_over_triad),
+              *std::min_element(read_over_triad.begin(), read_over_triad.end()),
+              *std::max_element(read_over_triad.begin(), read_over_triad.end()));
   if (!dot_gemv_rate.empty())
-    std::printf("bf16dot_gemv_gbps: %.2f\nbf16dot_gemv_over_dot_kernel: %.3f\n", bench::median(dot_gemv_rate) / 1e9,
-                bench::median(dot_gemv_rate) / g);
+    std::printf("bf16dot_gemv_gbps: %.2f\nbf16dot_gemv_over_dot_kernel: %.3f\nbf16dot_gemv_fraction_of_read: %.3f\n",
+                bench::median(dot_gemv_rate) / 1e9, bench::median(dot_gemv_rate) / g, bench::median(dot_over_read));
+  if (bench::env_int("TTMOE_BENCH_PER_ROUND", 0))  // each round's rates, to see the VM's fast and slow minutes
+    for (int r = 0; r < rounds; ++r)
+      std::printf("round %d: triad %.1f read %.1f gemv %.1f GB/s\n", r, triad_rate[std::size_t(r)] / 1e9,
+                  read_rate[std::size_t(r)] / 1e9, (dot_gemv_rate.empty() ? gemv_rate : dot_gemv_rate)[std::size_t(r)] / 1e9);
+  std::printf("sink: %u\n", read_sink.load());
   return 0;
 }
