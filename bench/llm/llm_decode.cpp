@@ -2,7 +2,9 @@
 // a 512-token prompt of fixed ids into a KV cache of 2048 positions, then greedy-decodes 128 tokens,
 // all on `--threads` threads, and prints `name: value` lines:
 //   load_s               load_llama (config, weights, the model's construction)
-//   prefill_s            the prompt's forward_cached + its last row's logits
+//   prefill_s            the prompt's forward_cached + its last row's logits: the median of
+//                        `--prefill-runs` (default 3) runs after one untimed full-size warm-up run
+//   prefill_first_s      that first (cold) run
 //   decode_tokens_per_s  new tokens / seconds of the decode steps (forward_cached of 1 token + logits + argmax)
 //   peak_rss_mb          VmHWM after decoding (weights + KV cache + activations)
 //   weight_bytes         bytes of the folder's *.safetensors files (the weights on disk)
@@ -30,7 +32,7 @@
 // AVX512-BF16 prefill kernel where the CPU has it), as llama.cpp's BF16 does; the default is exact.
 //   bench_llm_decode DIR [--precision f32|bf16] [--arithmetic exact|bf16] [--storage mapped|huge_pages]
 //                        [--threads 2] [--prompt 512]
-//                        [--new 128] [--cache 2048] [--triad-every 16]
+//                        [--new 128] [--cache 2048] [--triad-every 16] [--prefill-runs 3]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -92,7 +94,7 @@ int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
     std::fprintf(stderr, "usage: bench_llm_decode DIR [--precision f32|bf16] [--arithmetic exact|bf16] [--storage mapped|huge_pages] "
                  "[--threads N] [--prompt N] "
-                 "[--new N] [--cache N] [--triad-every N]\n");
+                 "[--new N] [--cache N] [--triad-every N] [--prefill-runs N]\n");
     return 2;
   }
   const std::filesystem::path dir = argv[1];
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
   int threads = 2;
   index_t prompt_len = 512, new_tokens = 128, cache_len = 2048;
   long triad_every_arg = 16;  // signed, so a negative value is caught below
+  int prefill_runs = 3;
   for (int i = 2; i < argc; ++i) {
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) throw std::runtime_error(std::string("missing value after ") + argv[i]);
@@ -113,13 +116,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--new")) new_tokens = std::stol(next());
     else if (!std::strcmp(argv[i], "--cache")) cache_len = std::stol(next());
     else if (!std::strcmp(argv[i], "--triad-every")) triad_every_arg = std::stol(next());
+    else if (!std::strcmp(argv[i], "--prefill-runs")) prefill_runs = std::stoi(next());
     else {
       std::fprintf(stderr, "bench_llm_decode: unknown argument '%s'\n", argv[i]);
       return 2;
     }
   }
-  if (prompt_len < 1 || new_tokens < 1 || prompt_len + new_tokens > cache_len || triad_every_arg < 0) {
-    std::fprintf(stderr, "bench_llm_decode: need 1 <= prompt, 1 <= new, prompt + new <= cache and triad-every >= 0\n");
+  if (prompt_len < 1 || new_tokens < 1 || prompt_len + new_tokens > cache_len || triad_every_arg < 0 ||
+      prefill_runs < 0) {
+    std::fprintf(stderr, "bench_llm_decode: need 1 <= prompt, 1 <= new, prompt + new <= cache, triad-every >= 0 and prefill-runs >= 0\n");
     return 2;
   }
   const index_t triad_every = index_t(triad_every_arg);
@@ -151,11 +156,23 @@ int main(int argc, char** argv) {
   for (index_t i = 0; i < prompt_len; ++i) ids[std::size_t(i)] = std::int64_t((1 + 7919 * i) % c.vocab_size);
   auto cache = model.make_cache(1, cache_len);
 
+  // The prompt prefilled 1 + prefill_runs times into the same cache (reset between): the first, cold
+  // run (pool blocks, packing buffers, first touches) is prefill_first_s; prefill_s is the median of
+  // the others, as the peers' prefills are timed after a full-size warm-up (llm_peers.py).
+  const auto last = IndexTensor<DynShape<1>>::from_host(DynShape<1>(1), std::vector<std::int64_t>{std::int64_t(prompt_len) - 1});
+  std::int64_t tok = 0;
+  std::vector<double> prefill_times;
   auto t0 = bench::Clock::now();
-  auto h = model.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, prompt_len), ids), cache);
-  auto last = IndexTensor<DynShape<1>>::from_host(DynShape<1>(1), std::vector<std::int64_t>{std::int64_t(prompt_len) - 1});
-  std::int64_t tok = argmax_row(model.logits(index_select(h.reshape(DynShape<2>(prompt_len, c.hidden_size)), last)));
-  const double prefill_s = bench::seconds_since(t0);
+  for (int r = 0; r <= prefill_runs; ++r) {
+    cache.reset();
+    t0 = bench::Clock::now();
+    auto h = model.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, prompt_len), ids), cache);
+    tok = argmax_row(model.logits(index_select(h.reshape(DynShape<2>(prompt_len, c.hidden_size)), last)));
+    prefill_times.push_back(bench::seconds_since(t0));
+  }
+  const double prefill_first_s = prefill_times.front();
+  const double prefill_s =
+      prefill_runs > 0 ? bench::median(std::vector<double>(prefill_times.begin() + 1, prefill_times.end())) : prefill_first_s;
 
   // Peak RSS outside the triad samples: the mark is read before each sample and reset after it.
   double peak_rss_mb = 0;
@@ -199,6 +216,7 @@ int main(int argc, char** argv) {
 
   std::printf("load_s: %.4f\n", load_s);
   std::printf("prefill_s: %.4f\n", prefill_s);
+  std::printf("prefill_first_s: %.4f\n", prefill_first_s);
   std::printf("decode_tokens_per_s: %.4f\n", double(new_tokens) / decode_s);
   std::printf("peak_rss_mb: %.1f\n", peak_rss_mb);
   std::printf("weight_bytes: %.0f\n", safetensors_bytes(dir));

@@ -2,18 +2,22 @@
 
   python bench/llm/llm_peers.py transformers HF_DIR [--prompt 512]
       PyTorch + transformers prefill: one forward of the prompt (logits of its last position only,
-      logits_to_keep=1, as generation does), torch.set_num_threads(2), inference_mode, after a short
-      warm-up forward. Prints prefill_s.
+      logits_to_keep=1, as generation does), torch.set_num_threads(2), inference_mode: one untimed
+      warm-up forward of the whole prompt, then the median of --prefill-runs (default 3) timed ones.
+      Prints prefill_s.
   python bench/llm/llm_peers.py llamacpp GGUF [--prompt 512] [--new 128] [--cache 2048]
       llama.cpp through llama-cpp-python: n_threads = n_threads_batch = 2, n_batch = n_ubatch = the
-      prompt (one batch), KV cache of `cache` positions; prefills the prompt with Llama.eval, then
+      prompt (one batch), KV cache of `cache` positions; prefills the prompt with Llama.eval (one
+      untimed warm-up, then the median of --prefill-runs timed prefills from an empty cache), then
       greedy-decodes `new` tokens one eval each (argmax of the last logits). Prints prefill_s,
       decode_tokens_per_s (wall time around the evals) and llama.cpp's own timers from
       llama_perf_context (prompt eval and eval ms) for reference.
-The prompt ids are those of bench/llm/llm_decode.cpp: (1 + 7919 i) mod vocab.
+The prompt ids are those of bench/llm/llm_decode.cpp: (1 + 7919 i) mod vocab. Every side (ttmoe's
+bench_llm_decode too) warms up with one full-size prefill and reports the median of 3 timed ones.
 """
 import argparse
 import resource
+import statistics
 import sys
 import time
 
@@ -29,10 +33,14 @@ def run_transformers(args):
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).eval()
     ids = torch.tensor([prompt_ids(args.prompt, model.config.vocab_size)])
     with torch.inference_mode():
-        model(ids[:, :16], logits_to_keep=1)  # warm-up: first-call allocations and kernel choice
-        t0 = time.perf_counter()
-        out = model(ids, logits_to_keep=1)
-        prefill = time.perf_counter() - t0
+        # Warm-up at the full prompt: the first call at a new shape pays allocations and oneDNN's
+        # primitive creation (a 16-token warm-up left the timed 512-token call 10-40% slower).
+        times = []
+        for _ in range(1 + args.prefill_runs):
+            t0 = time.perf_counter()
+            out = model(ids, logits_to_keep=1)
+            times.append(time.perf_counter() - t0)
+        prefill = statistics.median(times[1:]) if args.prefill_runs > 0 else times[0]
     if not torch.isfinite(out.logits).all():
         sys.exit("llm_peers: transformers logits are not finite")
     print(f"prefill_s: {prefill:.4f}")
@@ -54,11 +62,17 @@ def run_llamacpp(args):
         row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(vocab,))
         return int(np.argmax(row))
 
-    llama_cpp.llama_perf_context_reset(llm.ctx)
-    t0 = time.perf_counter()
-    llm.eval(ids)
-    tok = greedy()
-    prefill = time.perf_counter() - t0
+    # One untimed full-size warm-up, then `prefill_runs` timed prefills from an empty cache (reset:
+    # eval drops the cache's entries past n_tokens = 0); the decode continues the last one.
+    times = []
+    for r in range(1 + args.prefill_runs):
+        llm.reset()
+        llama_cpp.llama_perf_context_reset(llm.ctx)
+        t0 = time.perf_counter()
+        llm.eval(ids)
+        tok = greedy()
+        times.append(time.perf_counter() - t0)
+    prefill = statistics.median(times[1:]) if args.prefill_runs > 0 else times[0]
     t0 = time.perf_counter()
     for _ in range(args.new):
         llm.eval([tok])
@@ -80,7 +94,11 @@ def main():
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--cache", type=int, default=2048)
+    ap.add_argument("--prefill-runs", type=int, default=3,
+                    help="timed prefills after one untimed full-size warm-up (their median is prefill_s)")
     args = ap.parse_args()
+    if args.prefill_runs < 0:
+        ap.error("--prefill-runs must be >= 0 (0: time the cold first prefill)")
     (run_transformers if args.side == "transformers" else run_llamacpp)(args)
 
 

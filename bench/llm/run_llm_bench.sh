@@ -13,7 +13,9 @@
 #                                                the two triads around it, median over the windows
 #                                                (an LLM_BIN without that line: bytes x tok/s over its
 #                                                one triad, taken before the load)
-#   llm_prefill_speedup_vs_llamacpp_{bf16,f32}   llama.cpp prefill s / ttmoe's, 512 tokens (>= 1.0)
+#   llm_prefill_speedup_vs_llamacpp_{bf16,f32}   llama.cpp prefill s / ttmoe's, 512 tokens (>= 1.0);
+#                                                every side's prefill is the median of 3 timed ones
+#                                                after one untimed full-size warm-up (--prefill-runs)
 #   llm_prefill_speedup_vs_transformers_bf16     transformers prefill s / ttmoe bf16's     (>= 1.5)
 #   llm_peak_rss_over_weights                    ttmoe bf16 peak RSS / its safetensors bytes, KV cache
 #                                                of 2048 positions                          (<= 1.15)
