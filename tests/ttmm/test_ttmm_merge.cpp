@@ -458,7 +458,7 @@ TEST_CASE("ttmm dense merge with BF16 products: BF16 checkpoints only, within th
       for (std::size_t j = 0; j < f32[i].size(); ++j) {
         const double x = f32[i][j];
         moved += (bf16[i][j] - x) * (bf16[i][j] - x);
-        stored += (ttmm::detail::round_to_bf16(f32[i][j]) - x) * (ttmm::detail::round_to_bf16(f32[i][j]) - x);
+        stored += (io::round_to_bf16(f32[i][j]) - x) * (io::round_to_bf16(f32[i][j]) - x);
         delta += (x - before[i][j]) * (x - before[i][j]), w += double(before[i][j]) * before[i][j];
       }
     INFO("delta / W " << std::sqrt(delta / w) << ", BF16 products moved W by " << std::sqrt(moved / w)

@@ -94,6 +94,9 @@ constexpr std::uint16_t float_to_f16(float x) noexcept { return double_to_f16(st
 constexpr std::uint16_t double_to_bf16(double x) noexcept { return detail::round_to_narrow<8, 7>(x); }
 /// Encodes a float as bfloat16 bits, round-to-nearest-even.
 constexpr std::uint16_t float_to_bf16(float x) noexcept { return double_to_bf16(static_cast<double>(x)); }
+/// x rounded to the nearest bfloat16 value (ties to even, NaN kept), as a float: what a BF16
+/// activation or factor holds once stored.
+constexpr float round_to_bf16(float x) noexcept { return bf16_to_float(float_to_bf16(x)); }
 
 /// Narrows double to float with round-to-nearest-even and overflow to +-inf. Spelled out because
 /// a finite double beyond float's range converted by static_cast is undefined behaviour in C++.

@@ -35,9 +35,6 @@ enum class MergeArithmetic {
 
 namespace detail {
 
-/// x rounded to the nearest BF16 value (io's codec: ties to even, NaN kept), as a float.
-inline float round_to_bf16(float x) noexcept { return io::bf16_to_float(io::float_to_bf16(x)); }
-
 /// t [in, R] = A [R, in]^T rounded to BF16: 32 x 32 blocks, so the strided side stays within a
 /// few cache lines (any R; the vector path below needs R even).
 inline void transpose_bf16(const float* a, index_t r, index_t in, std::uint16_t* t) {
@@ -103,8 +100,8 @@ void add_merged_delta_bf16(Tensor<float, DynShape<2>, D>& W, const moe::StackedL
   // No vdpbf16ps: the same rounded factors through the F32 GEMM (exact products, F32 sums).
   moe::StackedLoRA<float, D> rounded{Tensor<float, DynShape<2>, D>(s.A_cat.shape()),
                                      Tensor<float, DynShape<2>, D>(s.B_cat.shape())};
-  std::transform(s.A_cat.data(), s.A_cat.data() + s.A_cat.numel(), rounded.A_cat.data(), detail::round_to_bf16);
-  std::transform(s.B_cat.data(), s.B_cat.data() + s.B_cat.numel(), rounded.B_cat.data(), detail::round_to_bf16);
+  std::transform(s.A_cat.data(), s.A_cat.data() + s.A_cat.numel(), rounded.A_cat.data(), io::round_to_bf16);
+  std::transform(s.B_cat.data(), s.B_cat.data() + s.B_cat.numel(), rounded.B_cat.data(), io::round_to_bf16);
   moe::add_merged_delta(W, rounded);
 #endif
 }

@@ -275,7 +275,7 @@ inline void linear_bf16_rounded(const float* x, index_t rows, const io::Bf16Matr
   }
 #endif
   std::vector<float> xr(std::size_t(rows) * std::size_t(w.cols));
-  for (std::size_t i = 0; i < xr.size(); ++i) xr[i] = io::bf16_to_float(io::float_to_bf16(x[i]));
+  std::transform(x, x + xr.size(), xr.begin(), io::round_to_bf16);
   linear_bf16_exact(xr.data(), rows, w, bias, residual, y);
 }
 
@@ -337,7 +337,7 @@ inline void linear_bf16_gemv_group(const float* x, std::span<const Bf16GemvPart>
   if (same && w0.cols % 2 == 0) {
     // As linear_bf16_rounded without the `vdpbf16ps` GEMV: the dot kernel on x rounded to BF16.
     std::vector<float> xr(rounded ? std::size_t(w0.cols) : 0), split(std::size_t(w0.cols));
-    for (std::size_t i = 0; i < xr.size(); ++i) xr[i] = io::bf16_to_float(io::float_to_bf16(x[i]));
+    std::transform(x, x + xr.size(), xr.begin(), io::round_to_bf16);
     detail::split_even_odd(rounded ? xr.data() : x, w0.cols, split.data());
     run([&](const Bf16GemvPart& p, index_t o0, index_t o1) { detail::bf16_gemv_range(split.data(), *p.w, p.bias, p.residual, p.y, o0, o1); });
     return;
