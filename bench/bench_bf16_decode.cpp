@@ -114,6 +114,34 @@ double anon_huge_mb() {
   return kb / 1024.0;
 }
 
+/// The STREAM-style arrays both timing modes alternate with: 3 x 64 MiB of floats, far past the
+/// caches, on ttmoe's thread pool. triad() is c = a + 3 b; read() only reads the three arrays (XOR
+/// of their words, which vectorises with no reordering question): what a read-only stream such as a
+/// decode step's GEMVs can get in the same minute. The triad also writes, and on this VM the two do
+/// not move together (docs/design.md, #14 decode). Both move bytes() bytes per call.
+struct StreamArrays {
+  static constexpr index_t n = index_t{1} << 24;
+  std::vector<float> a = std::vector<float>(n, 1.f), b = std::vector<float>(n, 2.f), c = std::vector<float>(n, 0.f);
+  std::atomic<std::uint32_t> sink{0};
+
+  static double bytes() { return 3.0 * sizeof(float) * double(n); }
+  void triad() {
+    cpu_backend::parallel_for(n, cpu_backend::kElementwiseGrain, [&](index_t lo, index_t hi) {
+      for (index_t i = lo; i < hi; ++i) c[std::size_t(i)] = a[std::size_t(i)] + 3.f * b[std::size_t(i)];
+    });
+  }
+  void read() {
+    cpu_backend::parallel_for(n, cpu_backend::kElementwiseGrain, [&](index_t lo, index_t hi) {
+      std::uint32_t acc = 0;
+      for (const auto* arr : {a.data(), b.data(), c.data()}) {
+        const auto* wv = reinterpret_cast<const std::uint32_t*>(arr);
+        for (index_t i = lo; i < hi; ++i) acc ^= wv[i];
+      }
+      sink.fetch_xor(acc, std::memory_order_relaxed);
+    });
+  }
+};
+
 /// --pages DIR: the model's batch-1 GEMV (bf16 arithmetic, one group per projection as
 /// nn::Linear runs it) on heap, file-mapped and huge-page copies of one layer's weights.
 int pages_mode(const std::filesystem::path& dir) {
@@ -152,19 +180,13 @@ int pages_mode(const std::filesystem::path& dir) {
   auto layer = [&](const std::vector<io::Bf16Matrix>& ws) {
     for (const auto& w : ws) cpu_backend::linear_bf16(x.data(), 1, w, nullptr, nullptr, y.data());
   };
-  const index_t n = index_t{1} << 24;  // 3 x 64 MiB
-  std::vector<float> a(n, 1.f), b(n, 2.f), c(n, 0.f);
-  auto triad = [&] {
-    cpu_backend::parallel_for(n, cpu_backend::kElementwiseGrain, [&](index_t lo, index_t hi) {
-      for (index_t i = lo; i < hi; ++i) c[i] = a[i] + 3.f * b[i];
-    });
-  };
+  StreamArrays arrays;
   const int rounds = bench::env_int("TTMOE_BENCH_REPS", 15);
   const int reps = std::max(1, 8 / int(heap.size() / one.size()));  // passes per timing: about 8 layers' worth
   std::vector<double> rate[3], frac[3], huge_over_file, triad_rate;
   const std::vector<io::Bf16Matrix>* sets[3] = {&heap, &file, &huge};
   for (auto* s : sets) layer(*s);
-  triad();
+  arrays.triad();
   for (int r = 0; r < rounds; ++r) {
     double g[3];
     // The order rotates each round so no layout always follows the triad.
@@ -175,8 +197,8 @@ int pages_mode(const std::filesystem::path& dir) {
       g[i] = reps * weight_bytes / bench::seconds_since(t0);
     }
     const auto t0 = bench::Clock::now();
-    for (int k = 0; k < 4; ++k) triad();
-    const double t = 4 * 3.0 * 4.0 * double(n) / bench::seconds_since(t0);
+    for (int k = 0; k < 4; ++k) arrays.triad();
+    const double t = 4 * StreamArrays::bytes() / bench::seconds_since(t0);
     triad_rate.push_back(t);
     for (int i = 0; i < 3; ++i) rate[i].push_back(g[i]), frac[i].push_back(g[i] / t);
     huge_over_file.push_back(g[2] / g[1]);
@@ -260,43 +282,22 @@ int main(int argc, char** argv) {
     for (const auto& w : ws) cpu_backend::linear_bf16(x.data(), 1, w, nullptr, nullptr, y.data());
   };
 
-  const index_t n = index_t{1} << 24;  // 16M floats = 64 MiB per triad array
-  std::vector<float> a(n, 1.f), b(n, 2.f), c(n, 0.f);
-  const float s = 3.f;
-  auto triad = [&] {
-    cpu_backend::parallel_for(n, cpu_backend::kElementwiseGrain, [&](index_t lo, index_t hi) {
-      for (index_t i = lo; i < hi; ++i) c[i] = a[i] + s * b[i];
-    });
-  };
-  const double triad_bytes = 3.0 * sizeof(float) * double(n);
-  // A plain read of the same three arrays (XOR of their words, which vectorises with no reordering
-  // question): what a read-only stream such as a decode step's GEMVs can get in the same minute.
-  // The triad also writes, and on this VM the two do not move together (design.md, #14 decode).
-  std::atomic<std::uint32_t> read_sink{0};
-  auto plain_read = [&] {
-    cpu_backend::parallel_for(n, cpu_backend::kElementwiseGrain, [&](index_t lo, index_t hi) {
-      std::uint32_t acc = 0;
-      for (const auto* arr : {a.data(), b.data(), c.data()}) {
-        const auto* wv = reinterpret_cast<const std::uint32_t*>(arr);
-        for (index_t i = lo; i < hi; ++i) acc ^= wv[i];
-      }
-      read_sink.fetch_xor(acc, std::memory_order_relaxed);
-    });
-  };
+  StreamArrays arrays;
+  const double triad_bytes = StreamArrays::bytes();
 
   // Alternating rounds; each round times a few repetitions of each and keeps the rate.
   const int rounds = bench::env_int("TTMOE_BENCH_REPS", 15);
   std::vector<double> gemv_rate, triad_rate, dot_gemv_rate, read_rate, read_over_triad, dot_over_read;
-  layer(), triad(), plain_read();  // warm-up: pool start, first touches
+  layer(), arrays.triad(), arrays.read();  // warm-up: pool start, first touches
   for (int r = 0; r < rounds; ++r) {
     auto t0 = bench::Clock::now();
     for (int k = 0; k < 8; ++k) layer();
     gemv_rate.push_back(8 * weight_bytes / bench::seconds_since(t0));
     t0 = bench::Clock::now();
-    for (int k = 0; k < 4; ++k) triad();
+    for (int k = 0; k < 4; ++k) arrays.triad();
     triad_rate.push_back(4 * triad_bytes / bench::seconds_since(t0));
     t0 = bench::Clock::now();
-    for (int k = 0; k < 4; ++k) plain_read();
+    for (int k = 0; k < 4; ++k) arrays.read();
     read_rate.push_back(4 * triad_bytes / bench::seconds_since(t0));
     read_over_triad.push_back(read_rate.back() / triad_rate.back());
 #if defined(TTMOE_BF16DOT_GEMM)
@@ -323,6 +324,6 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rounds; ++r)
       std::printf("round %d: triad %.1f read %.1f gemv %.1f GB/s\n", r, triad_rate[std::size_t(r)] / 1e9,
                   read_rate[std::size_t(r)] / 1e9, (dot_gemv_rate.empty() ? gemv_rate : dot_gemv_rate)[std::size_t(r)] / 1e9);
-  std::printf("sink: %u\n", read_sink.load());
+  std::printf("sink: %u\n", arrays.sink.load());
   return 0;
 }
