@@ -842,3 +842,103 @@ TEST_CASE("bf16 many-row group: one vdpbf16ps job gives each weight's linear_bf1
                   ShapeError);
   cpu_backend::set_num_threads(threads_before);
 }
+
+TEST_CASE("llama prefill keeping some rows: kept hidden states, logits, cache and greedy tokens equal the full prefill",
+          "[llm][bf16][cache]") {
+  // forward_cached(ids, cache, keep) runs the last layer past its attention on the kept rows only.
+  // With as many kept rows as the GEMMs' thresholds (kPackedGemmMinRows, bf16dot::kMinRows) the same
+  // kernels run on the same rows, so the kept rows' hidden states are bit for bit the full step's; with
+  // one row per prompt (what generate() keeps) the last layer's products take the few-row kernels,
+  // whose summation order differs, so there the check is a tolerance plus equal greedy tokens.
+  TempDir dir("keep");
+  models::LlamaForCausalLM<float> f32(tiny(false, false), 23);
+  models::save_llama(f32, dir.path, io::DType::BF16);
+  auto b16 = models::load_llama<float>(dir.path, models::WeightPrecision::bf16);
+  const index_t B = 2, t = 48, dim = f32.config.hidden_size;
+  std::vector<std::int64_t> id_values(std::size_t(B * t));
+  for (std::size_t i = 0; i < id_values.size(); ++i) id_values[i] = std::int64_t((i * 11 + 5) % 50);
+  const auto ids = IndexTensor<DynShape<2>>::from_host(DynShape<2>(B, t), id_values);
+  // 84 rows from both sequences, out of order, one repeated; and each sequence's last row.
+  std::vector<std::int64_t> many;
+  for (std::int64_t r = 95; r >= 16; --r) many.push_back(r);
+  for (std::int64_t r : {0, 3, 9, 3}) many.push_back(r);
+#if defined(TTMOE_PACKED_GEMM)
+  REQUIRE(index_t(many.size()) >= cpu_backend::kPackedGemmMinRows);
+#endif
+#if defined(TTMOE_BF16DOT_GEMM)
+  REQUIRE(index_t(many.size()) >= cpu_backend::bf16dot::kMinRows);
+#endif
+  std::vector<std::int64_t> last{t - 1, 2 * t - 1};
+  struct Case {
+    const char* name;
+    models::LlamaForCausalLM<float>* m;
+    io::Bf16Arithmetic arithmetic;
+    double tol;  // normwise, for the one-row-per-prompt keep
+  };
+  for (const Case& k : {Case{"f32", &f32, io::Bf16Arithmetic::exact, 2e-6},
+                        Case{"bf16 exact", &b16, io::Bf16Arithmetic::exact, 2e-6},
+                        Case{"bf16 activations", &b16, io::Bf16Arithmetic::bf16_activations, 1e-3}}) {
+    INFO(k.name);
+    auto& m = *k.m;
+    models::set_bf16_arithmetic(m, k.arithmetic);
+    auto full_cache = m.make_cache(B, 64);
+    const auto full = m.forward_cached(ids, full_cache).reshape(DynShape<2>(B * t, dim));
+    auto rows_of = [&](const std::vector<std::int64_t>& r) {
+      return index_select(full, IndexTensor<DynShape<1>>::from_host(DynShape<1>(index_t(r.size())), r));
+    };
+    for (const auto* keep : {&many, &last}) {
+      auto cache = m.make_cache(B, 64);
+      const auto kept = m.forward_cached(ids, cache, IndexTensor<DynShape<1>>::from_host(DynShape<1>(index_t(keep->size())), *keep));
+      REQUIRE(kept.extent(0) == index_t(keep->size()));
+      REQUIRE(kept.extent(1) == dim);
+      // The cache holds every row's keys and values either way, bit for bit, and the same lengths.
+      CHECK(cache.lengths == full_cache.lengths);
+      CHECK(cache.k.to_vector() == full_cache.k.to_vector());
+      CHECK(cache.v.to_vector() == full_cache.v.to_vector());
+      const auto want = rows_of(*keep);
+      if (keep == &many) {
+        CHECK(kept.to_vector() == want.to_vector());
+        CHECK(m.logits(kept).to_vector() == m.logits(want).to_vector());
+      } else {
+        const double err = test::normwise_rel_error(m.logits(kept), m.logits(want));
+        INFO("last rows: normwise relative error of the logits " << err);
+        CHECK(err <= k.tol);
+      }
+    }
+    // generate() keeps each prompt's last row; its greedy tokens equal a decode after the full prefill.
+    const std::vector<std::vector<std::int64_t>> prompts{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20},
+                                                         {7, 8, 9}};
+    models::GenerationOptions greedy;
+    greedy.max_new_tokens = 12;
+    const auto got = models::generate(m, prompts, greedy);
+    std::vector<std::vector<std::int64_t>> want_tokens(2);
+    {
+      std::vector<std::int64_t> padded(40, 0);
+      std::copy(prompts[0].begin(), prompts[0].end(), padded.begin());
+      std::copy(prompts[1].begin(), prompts[1].end(), padded.begin() + 20);
+      auto cache = m.make_cache(2, 40);
+      const auto h = m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(2, 20), padded), cache);
+      cache.lengths = {20, 3};
+      auto logits = m.logits(index_select(h.reshape(DynShape<2>(40, dim)),
+                                          IndexTensor<DynShape<1>>::from_host(DynShape<1>(2), std::vector<std::int64_t>{19, 22})));
+      for (index_t s = 0; s < greedy.max_new_tokens; ++s) {
+        const auto z = logits.to_vector();
+        std::vector<std::int64_t> next(2);
+        for (std::size_t b = 0; b < 2; ++b) {
+          const auto row = z.begin() + std::ptrdiff_t(b * 50);
+          next[b] = std::max_element(row, row + 50) - row;
+          want_tokens[b].push_back(next[b]);
+        }
+        logits = m.logits(m.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(2, 1), next), cache).reshape(DynShape<2>(2, dim)));
+      }
+    }
+    CHECK(got.tokens == want_tokens);
+  }
+  // A kept row outside the step is a clear error, and the cache is left as it was.
+  auto cache = f32.make_cache(B, 64);
+  CHECK_THROWS_AS(f32.forward_cached(ids, cache, IndexTensor<DynShape<1>>::from_host(DynShape<1>(1), std::vector<std::int64_t>{B * t})),
+                  ValueError);
+  CHECK_THROWS_AS(f32.forward_cached(ids, cache, IndexTensor<DynShape<1>>::from_host(DynShape<1>(1), std::vector<std::int64_t>{-1})),
+                  ValueError);
+  CHECK(cache.lengths == std::vector<index_t>{0, 0});
+}

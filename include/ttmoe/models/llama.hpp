@@ -6,7 +6,8 @@
 // save_pretrained folder loads by name and the optimisers / freezing patterns see HF names.
 // Every extent is dynamic (batch and sequence at run time, widths from config.json).
 // Two paths: forward() is differentiable (the training tape), forward_cached() is inference over a
-// KV cache (nn/kv_cache.hpp) and only runs the LM head where logits are wanted.
+// KV cache (nn/kv_cache.hpp) and only runs the LM head where logits are wanted; given the rows whose
+// hidden states are wanted, it also skips the last layer's work past the attention on the others.
 
 #include <cstdint>
 #include <string>
@@ -19,6 +20,7 @@
 #include "ttmoe/nn/llama_attention.hpp"
 #include "ttmoe/nn/mlp.hpp"
 #include "ttmoe/nn/rmsnorm.hpp"
+#include "ttmoe/ops/indexing.hpp"
 
 namespace ttmoe::models {
 
@@ -40,10 +42,14 @@ struct LlamaDecoderLayer {
   /// x [B, T, D] -> [B, T, D]; `attn` runs the attention on the normed input.
   template <class Attn>
   Tensor<T, DynShape<3>, D> block(const Tensor<T, DynShape<3>, D>& x, Attn&& attn) const {
-    Tensor<T, DynShape<3>, D> h = x + attn(input_layernorm(x));
-    Tensor<T, DynShape<3>, D> n = post_attention_layernorm(h);
-    Tensor<T, DynShape<3>, D> g = mlp.gated(n);
-    return mlp.down_proj(g, h);  // the residual is added as the GEMM stores
+    return feed_forward(Tensor<T, DynShape<3>, D>(x + attn(input_layernorm(x))));
+  }
+
+  /// The block's second half, h + mlp(post_attention_layernorm(h)), for h [..., D] of any rank:
+  /// each row on its own, so a caller may run it on some rows only (forward_cached's kept rows).
+  template <class S>
+  Tensor<T, DynShape<S::rank>, D> feed_forward(const Tensor<T, S, D>& h) const {
+    return mlp.down_proj(mlp.gated(post_attention_layernorm(h)), h);  // the residual is added as the GEMM stores
   }
 
   template <class V>
@@ -136,8 +142,37 @@ struct LlamaForCausalLM {
   /// a sequence's real tokens (right padding) are harmless: later steps overwrite their cache slots
   /// and no real token attends to them (they come after it). Not recorded on a tape.
   Tensor<T, DynShape<3>, D> forward_cached(const IndexTensor<DynShape<2>, D>& ids, nn::KVCache<T, D>& cache) const {
-    check_ids(ids);
     const index_t B = ids.extent(0), t = ids.extent(1);
+    return run_cached(ids, cache, nullptr).reshape(DynShape<3>(B, t, config.hidden_size));
+  }
+
+  /// forward_cached(ids, cache) when only some rows' hidden states are wanted: `keep` [R] holds flat
+  /// row numbers b * t + i of ids [B, t] (any order, repeats allowed) and the result is those rows'
+  /// final hidden states [R, hidden], equal to the same rows of the full step's. Every row's keys
+  /// and values still go into the cache (later tokens read them), but the last layer runs its
+  /// output projection, residual, MLP and the final norm on the kept rows alone: a prompt whose
+  /// logits are wanted at its last token skips ~1/layers of the prefill's work (llama.cpp selects
+  /// its output rows before the last layer's attention output the same way). Throws ValueError for
+  /// a row outside [0, B * t).
+  Tensor<T, DynShape<2>, D> forward_cached(const IndexTensor<DynShape<2>, D>& ids, nn::KVCache<T, D>& cache,
+                                           const IndexTensor<DynShape<1>, D>& keep) const {
+    ttmoe::detail::check_indices(keep, ids.extent(0) * ids.extent(1), "LlamaForCausalLM::forward_cached (kept rows)");
+    return run_cached(ids, cache, &keep);
+  }
+
+  template <class V>
+  void visit_parameters(V& v) {
+    v.sub("model", model);
+    if (!config.tie_word_embeddings) v.sub("lm_head", lm_head);
+  }
+
+ private:
+  /// Both forward_cached forms: all B * t rows' final hidden states [B * t, hidden], or (keep set)
+  /// the kept rows' [R, hidden], the last layer's second half run on those rows only.
+  Tensor<T, DynShape<2>, D> run_cached(const IndexTensor<DynShape<2>, D>& ids, nn::KVCache<T, D>& cache,
+                                       const IndexTensor<DynShape<1>, D>* keep) const {
+    check_ids(ids);
+    const index_t B = ids.extent(0), t = ids.extent(1), dim = config.hidden_size;
     if (B != cache.batch())
       throw ShapeError("LlamaForCausalLM::forward_cached: " + std::to_string(B) + " sequences for a cache of " +
                        std::to_string(cache.batch()));
@@ -152,21 +187,26 @@ struct LlamaForCausalLM {
       for (index_t i = 0; i < t; ++i) pos[std::size_t(b * t + i)] = cache.lengths[std::size_t(b)] + i;
     auto positions = IndexTensor<DynShape<2>, D>::from_host(DynShape<2>(B, t), std::span<const std::int64_t>(pos));
     Tensor<T, DynShape<3>, D> x = model.embed_tokens(ids);
-    for (std::size_t l = 0; l < model.layers.size(); ++l) {
+    const std::size_t L = model.layers.size(), full = keep && L > 0 ? L - 1 : L;
+    for (std::size_t l = 0; l < full; ++l) {
       const auto& layer = model.layers[l];
       x = layer.block(x, [&](const auto& n) { return layer.self_attn.forward_cached(n, positions, cache, index_t(l)); });
     }
+    Tensor<T, DynShape<2>, D> out;
+    if (full < L) {  // the last layer: attention over every row (its keys and values are cached), the rest on the kept rows
+      const auto& layer = model.layers[full];
+      auto merged = layer.self_attn.attend_cached(layer.input_layernorm(x), positions, cache, index_t(full));
+      auto rows = [&](const auto& y) { return index_select(y.reshape(DynShape<2>(B * t, y.extent(2))), *keep); };
+      Tensor<T, DynShape<2>, D> h = rows(x) + layer.self_attn.o_proj(rows(merged));
+      out = model.norm(layer.feed_forward(h));
+    } else {
+      out = keep ? model.norm(index_select(x.reshape(DynShape<2>(B * t, dim)), *keep))
+                 : model.norm(x).reshape(DynShape<2>(B * t, dim));
+    }
     for (auto& n : cache.lengths) n += t;
-    return model.norm(x);
+    return out;
   }
 
-  template <class V>
-  void visit_parameters(V& v) {
-    v.sub("model", model);
-    if (!config.tie_word_embeddings) v.sub("lm_head", lm_head);
-  }
-
- private:
   void check_ids(const IndexTensor<DynShape<2>, D>& ids) const {
     ttmoe::detail::check_indices(ids, config.vocab_size, "LlamaForCausalLM (token ids)");
   }

@@ -64,11 +64,12 @@ GenerationResult generate(const LlamaForCausalLM<T, D>& m, const std::vector<std
     std::copy(p.begin(), p.end(), ids.begin() + b * longest);
     last[std::size_t(b)] = b * longest + index_t(p.size()) - 1;
   }
-  auto h = m.forward_cached(IndexTensor<DynShape<2>, D>::from_host(DynShape<2>(B, longest), ids), cache);
+  // Only each prompt's last row is carried through the last layer's MLP and the LM head.
+  auto rows = IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(B), last);
+  auto h = m.forward_cached(IndexTensor<DynShape<2>, D>::from_host(DynShape<2>(B, longest), ids), cache, rows);
   for (index_t b = 0; b < B; ++b) cache.lengths[std::size_t(b)] = index_t(prompts[std::size_t(b)].size());
   autograd::NoGrad ng;
-  auto rows = IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(B), last);
-  Tensor<T, DynShape<2>, D> logits = m.logits(index_select(h.reshape(DynShape<2>(B * longest, h.extent(2))), rows));
+  Tensor<T, DynShape<2>, D> logits = m.logits(h);
 
   GenerationResult out;
   out.tokens.resize(std::size_t(B));

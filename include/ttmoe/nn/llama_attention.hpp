@@ -73,12 +73,20 @@ struct LlamaAttention {
   template <class S>
   Tensor<T, DynShape<3>, D> forward_cached(const Tensor<T, S, D>& x, const IndexTensor<DynShape<2>, D>& positions,
                                            KVCache<T, D>& cache, index_t layer) const {
+    return o_proj(attend_cached(x, positions, cache, layer));
+  }
+  /// forward_cached without the output projection: the heads' outputs merged, [B, t, H * hd]. Each
+  /// row is o_proj's input for that row alone, so a caller that needs some rows only (the last
+  /// layer of a prefill whose logits are asked for at the last token) projects just those.
+  template <class S>
+  Tensor<T, DynShape<3>, D> attend_cached(const Tensor<T, S, D>& x, const IndexTensor<DynShape<2>, D>& positions,
+                                          KVCache<T, D>& cache, index_t layer) const {
     const index_t B = x.extent(0), Tn = x.extent(1), H = num_heads, hd = head_dim;
     auto [q, k, v] = project(x, positions);
     Tensor<T, DynShape<3>, D> merged(DynShape<3>(B, Tn, H * hd));
     kv_cache_attention(cache, layer, q.data(), k.data(), v.data(), merged.data(), H, Tn,
                        static_cast<T>(1.0 / std::sqrt(double(hd))));
-    return o_proj(merged);
+    return merged;
   }
 
   template <class V>
