@@ -934,6 +934,17 @@ TEST_CASE("llama prefill keeping some rows: kept hidden states, logits, cache an
     }
     CHECK(got.tokens == want_tokens);
   }
+  // No kept rows: the cache is filled all the same and nothing else is computed.
+  for (auto* m : {&f32, &b16}) {
+    auto full_cache = m->make_cache(B, 64), cache = m->make_cache(B, 64);
+    (void)m->forward_cached(ids, full_cache);
+    const auto none = m->forward_cached(ids, cache, IndexTensor<DynShape<1>>::from_host(DynShape<1>(0), std::vector<std::int64_t>{}));
+    CHECK(none.extent(0) == 0);
+    CHECK(none.extent(1) == dim);
+    CHECK(cache.lengths == full_cache.lengths);
+    CHECK(cache.k.to_vector() == full_cache.k.to_vector());
+    CHECK(cache.v.to_vector() == full_cache.v.to_vector());
+  }
   // A kept row outside the step is a clear error, and the cache is left as it was.
   auto cache = f32.make_cache(B, 64);
   CHECK_THROWS_AS(f32.forward_cached(ids, cache, IndexTensor<DynShape<1>>::from_host(DynShape<1>(1), std::vector<std::int64_t>{B * t})),

@@ -147,13 +147,14 @@ struct LlamaForCausalLM {
   }
 
   /// forward_cached(ids, cache) when only some rows' hidden states are wanted: `keep` [R] holds flat
-  /// row numbers b * t + i of ids [B, t] (any order, repeats allowed) and the result is those rows'
-  /// final hidden states [R, hidden], equal to the same rows of the full step's. Every row's keys
-  /// and values still go into the cache (later tokens read them), but the last layer runs its
-  /// output projection, residual, MLP and the final norm on the kept rows alone: a prompt whose
-  /// logits are wanted at its last token skips ~1/layers of the prefill's work (llama.cpp selects
-  /// its output rows before the last layer's attention output the same way). Throws ValueError for
-  /// a row outside [0, B * t).
+  /// row numbers b * t + i of ids [B, t] (any order, repeats allowed; none: the step only fills the
+  /// cache) and the result is those rows' final hidden states [R, hidden], the same rows of the full
+  /// step's (bit for bit where R is at least the GEMMs' row thresholds; fewer rows take the few-row
+  /// kernels, another summation order). Every row's keys and values still go into the cache (later
+  /// tokens read them), but the last layer runs its output projection, residual, MLP and the final
+  /// norm on the kept rows alone: a prompt whose logits are wanted at its last token skips about
+  /// 1/layers of the prefill's work (llama.cpp selects its output rows before the last layer's
+  /// attention output the same way). Throws ValueError for a row outside [0, B * t).
   Tensor<T, DynShape<2>, D> forward_cached(const IndexTensor<DynShape<2>, D>& ids, nn::KVCache<T, D>& cache,
                                            const IndexTensor<DynShape<1>, D>& keep) const {
     ttmoe::detail::check_indices(keep, ids.extent(0) * ids.extent(1), "LlamaForCausalLM::forward_cached (kept rows)");
