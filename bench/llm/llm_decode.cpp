@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
     cache.reset();
     t0 = bench::Clock::now();
     // Only the last row's hidden state is kept (the last layer's MLP skips the others), as generate() does.
-    tok = argmax_row(model.logits(model.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, prompt_len), ids), cache, last)));
+    const auto prompt = IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, prompt_len), ids);
+    tok = argmax_row(model.logits(model.forward_cached(prompt, cache, last)));
     prefill_times.push_back(bench::seconds_since(t0));
   }
   const double prefill_first_s = prefill_times.front();

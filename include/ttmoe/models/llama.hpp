@@ -194,7 +194,7 @@ struct LlamaForCausalLM {
       x = layer.block(x, [&](const auto& n) { return layer.self_attn.forward_cached(n, positions, cache, index_t(l)); });
     }
     Tensor<T, DynShape<2>, D> out;
-    if (full < L) {  // the last layer: attention over every row (its keys and values are cached), the rest on the kept rows
+    if (full < L) {  // the last layer: attention over every row (the cache needs them), the rest on the kept rows
       const auto& layer = model.layers[full];
       auto merged = layer.self_attn.attend_cached(layer.input_layernorm(x), positions, cache, index_t(full));
       auto rows = [&](const auto& y) { return index_select(y.reshape(DynShape<2>(B * t, y.extent(2))), *keep); };
