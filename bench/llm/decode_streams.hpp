@@ -1,0 +1,201 @@
+// `bench_llm_decode --compare R` (issue #14, helper decode18): where a whole-model BF16 decode loses
+// against its own GEMV kernel. Over the model's OWN loaded weights, in the same process and the same
+// minutes, each round times
+//   decode  a few greedy decode steps (forward_cached + logits + argmax), as the bench's decode does
+//   ops     the same weights through cpu_backend::linear_bf16_gemv_group in the decode's order and
+//           grouping (q|k|v, o, gate|up, down per layer, then the head): one pool job per op, as the
+//           decode runs them, and nothing else in between (no attention, norms, RoPE, allocation)
+//   layer   the same GEMVs with ONE pool job per layer (the head one more): fewer hand-offs
+//   read    a plain read of the same bytes, one job per op with the GEMV's items: what a read-only
+//           stream of exactly these pages gets
+//   triad   bench::triad_rates over 3 x 64 MiB
+// and prints each round's GB/s on stderr and the medians (and per-round ratios) as `compare_*` lines.
+// The ops mode also times each kind of op on its own (compare_op_<kind>_gbs), to see whether the
+// small k/v products, the 8192-deep down projection or the 525 MB head stream slower.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../common.hpp"
+#include "../triad.hpp"
+#include "ttmoe/ttmoe.hpp"
+
+namespace bench::decode_streams {
+
+/// One parallel region of a decode step: weights that read the same x.
+struct Op {
+  const char* kind;
+  std::vector<const ttmoe::io::Bf16Matrix*> ws;
+};
+
+/// The decode's BF16 products in its order: per layer q|k|v, o, gate|up, down; then the head (the
+/// untied head, or the tied BF16 embedding table). Empty where the model's weights are not BF16.
+template <class Model>
+std::vector<std::vector<Op>> decode_ops(const Model& m) {
+  std::vector<std::vector<Op>> layers;
+  for (const auto& l : m.model.layers) {
+    const auto& a = l.self_attn;
+    const auto& f = l.mlp;
+    if (!a.q_proj.weight_bf16.defined()) return {};
+    layers.push_back({{"qkv", {&a.q_proj.weight_bf16, &a.k_proj.weight_bf16, &a.v_proj.weight_bf16}},
+                      {"o", {&a.o_proj.weight_bf16}},
+                      {"gateup", {&f.gate_proj.weight_bf16, &f.up_proj.weight_bf16}},
+                      {"down", {&f.down_proj.weight_bf16}}});
+  }
+  const ttmoe::io::Bf16Matrix* head = m.lm_head.weight_bf16.defined() ? &m.lm_head.weight_bf16 : nullptr;
+  if constexpr (requires { m.model.embed_tokens.weight_bf16; })
+    if (!head && m.config.tie_word_embeddings && m.model.embed_tokens.weight_bf16.defined())
+      head = &m.model.embed_tokens.weight_bf16;
+  if (!head) return {};
+  layers.push_back({{"head", {head}}});
+  return layers;
+}
+
+/// Rows per work item of a matrix `cols` wide: linear_bf16_gemv_group's split (kGemvItemBytes).
+inline ttmoe::index_t item_rows(ttmoe::index_t cols) {
+  return std::max<ttmoe::index_t>(16, ttmoe::cpu_backend::kGemvItemBytes / (2 * cols));
+}
+
+/// Items of a list of matrices, in order: (matrix, first row, end row).
+struct Item {
+  const ttmoe::io::Bf16Matrix* w;
+  ttmoe::index_t o0, o1;
+};
+inline std::vector<Item> items_of(const std::vector<const ttmoe::io::Bf16Matrix*>& ws) {
+  std::vector<Item> items;
+  for (const auto* w : ws) {
+    const ttmoe::index_t chunk = item_rows(w->cols);
+    for (ttmoe::index_t o = 0; o < w->rows; o += chunk) items.push_back({w, o, std::min(w->rows, o + chunk)});
+  }
+  return items;
+}
+
+/// XOR of the 64-bit words of [p, p + bytes): a plain read the compiler vectorises.
+inline std::uint64_t read_bytes(const void* p, std::size_t bytes) {
+  const auto* v = static_cast<const std::uint64_t*>(p);
+  std::uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  std::size_t i = 0, n = bytes / 8;
+  for (; i + 4 <= n; i += 4) a0 ^= v[i], a1 ^= v[i + 1], a2 ^= v[i + 2], a3 ^= v[i + 3];
+  for (; i < n; ++i) a0 ^= v[i];
+  return a0 ^ a1 ^ a2 ^ a3;
+}
+
+/// The comparison (file comment). `decode_tokens(n)` runs n decode steps. Prints to stdout/stderr.
+template <class Model>
+int compare(const Model& model, int rounds, int tokens_per_round, const std::function<void(int)>& decode_tokens) {
+  namespace cb = ttmoe::cpu_backend;
+  using ttmoe::index_t;
+  const auto layers = decode_ops(model);
+  if (layers.empty()) {
+    std::fprintf(stderr, "bench_llm_decode --compare: the model's weights are not BF16 (use --precision bf16)\n");
+    return 2;
+  }
+  double bytes = 0;
+  index_t widest = 0, longest = 0;
+  std::map<std::string, double> kind_bytes;
+  for (const auto& ops : layers)
+    for (const auto& op : ops)
+      for (const auto* w : op.ws) {
+        bytes += double(w->bytes());
+        kind_bytes[op.kind] += double(w->bytes());
+        widest = std::max(widest, w->cols);
+        longest = std::max(longest, w->rows);
+      }
+  std::vector<float> x(std::size_t(widest), 0.f);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 17) - 8) * 0.01f;
+  std::vector<std::vector<float>> ys(3, std::vector<float>(std::size_t(longest)));
+  std::map<std::string, double> kind_seconds;
+
+  // ops: one linear_bf16_gemv_group per op, timing each kind.
+  auto ops_pass = [&] {
+    for (const auto& ops : layers)
+      for (const auto& op : ops) {
+        std::array<cb::Bf16GemvPart, 3> parts;
+        for (std::size_t i = 0; i < op.ws.size(); ++i) parts[i] = {op.ws[i], nullptr, ys[i].data(), nullptr};
+        const auto t0 = Clock::now();
+        cb::linear_bf16_gemv_group(x.data(), std::span<const cb::Bf16GemvPart>(parts.data(), op.ws.size()));
+        kind_seconds[op.kind] += seconds_since(t0);
+      }
+  };
+  // layer: every GEMV of a layer (and the head) as one job over all its items.
+  std::vector<std::vector<Item>> layer_items;
+  for (const auto& ops : layers) {
+    std::vector<const ttmoe::io::Bf16Matrix*> ws;
+    for (const auto& op : ops) ws.insert(ws.end(), op.ws.begin(), op.ws.end());
+    layer_items.push_back(items_of(ws));
+  }
+  auto layer_pass = [&] {
+#if defined(TTMOE_BF16DOT_GEMM)
+    std::vector<std::uint16_t> xb(std::size_t((widest + cb::bf16dot::kGemvStep - 1) / cb::bf16dot::kGemvStep * cb::bf16dot::kGemvStep));
+    cb::bf16dot::round_row(x.data(), widest, xb.data());
+    for (const auto& items : layer_items)
+      cb::ThreadPool::instance().parallel_items(index_t(items.size()), [&] {
+        return [&](index_t i) {
+          const Item& it = items[std::size_t(i)];
+          cb::bf16dot::gemv_rows(xb.data(), *it.w, nullptr, nullptr, ys[0].data(), it.o0, it.o1);
+        };
+      });
+#endif
+  };
+  // read: one job per op over the op's items, each item's bytes read plainly.
+  std::vector<std::vector<Item>> op_items;
+  for (const auto& ops : layers)
+    for (const auto& op : ops) op_items.push_back(items_of(op.ws));
+  std::atomic<std::uint64_t> sink{0};
+  auto read_pass = [&] {
+    for (const auto& items : op_items)
+      cb::ThreadPool::instance().parallel_items(index_t(items.size()), [&] {
+        return [&](index_t i) {
+          const Item& it = items[std::size_t(i)];
+          sink.fetch_xor(read_bytes(it.w->bits + it.o0 * it.w->cols, std::size_t(it.o1 - it.o0) * std::size_t(it.w->cols) * 2),
+                         std::memory_order_relaxed);
+        };
+      });
+  };
+
+  const double token_bytes = bytes;  // the decode streams these bytes per token (the bench's own count adds nothing)
+  std::vector<double> dec, ops, lay, rd, tri, dec_over_ops, ops_over_read, lay_over_ops, dec_over_tri, ops_over_tri;
+  ops_pass(), layer_pass(), read_pass();  // warm-up
+  kind_seconds.clear();
+  auto timed = [&](auto&& f) {
+    const auto t0 = Clock::now();
+    for (int k = 0; k < tokens_per_round; ++k) f();
+    return double(tokens_per_round) * token_bytes / seconds_since(t0);
+  };
+  for (int r = 0; r < rounds; ++r) {
+    auto t0 = Clock::now();
+    decode_tokens(tokens_per_round);
+    dec.push_back(double(tokens_per_round) * token_bytes / seconds_since(t0));
+    ops.push_back(timed(ops_pass));
+    lay.push_back(timed(layer_pass));
+    rd.push_back(timed(read_pass));
+    tri.push_back(triad_rates(ttmoe::index_t(1) << 24, 4).mean);
+    dec_over_ops.push_back(dec.back() / ops.back());
+    ops_over_read.push_back(ops.back() / rd.back());
+    lay_over_ops.push_back(lay.back() / ops.back());
+    dec_over_tri.push_back(dec.back() / tri.back());
+    ops_over_tri.push_back(ops.back() / tri.back());
+    std::fprintf(stderr, "round %d: triad %.1f read %.1f ops %.1f layer %.1f decode %.1f GB/s; decode/ops %.3f\n", r,
+                 tri.back() / 1e9, rd.back() / 1e9, ops.back() / 1e9, lay.back() / 1e9, dec.back() / 1e9,
+                 dec_over_ops.back());
+  }
+  std::printf("compare_weight_bytes: %.0f\n", token_bytes);
+  std::printf("compare_triad_gbs: %.2f\ncompare_read_gbs: %.2f\ncompare_ops_gbs: %.2f\ncompare_layer_gbs: %.2f\ncompare_decode_gbs: %.2f\n",
+              median(tri) / 1e9, median(rd) / 1e9, median(ops) / 1e9, median(lay) / 1e9, median(dec) / 1e9);
+  std::printf("compare_decode_over_ops: %.3f\ncompare_ops_over_read: %.3f\ncompare_layer_over_ops: %.3f\n"
+              "compare_decode_over_triad: %.3f\ncompare_ops_over_triad: %.3f\n",
+              median(dec_over_ops), median(ops_over_read), median(lay_over_ops), median(dec_over_tri), median(ops_over_tri));
+  for (const auto& [kind, s] : kind_seconds)
+    std::printf("compare_op_%s_gbs: %.2f\n", kind.c_str(), kind_bytes[kind] * rounds * tokens_per_round / s / 1e9);
+  std::printf("compare_sink: %llu\n", (unsigned long long)(sink.load() & 1));
+  return 0;
+}
+
+}  // namespace bench::decode_streams
