@@ -9,6 +9,10 @@
 //   read    a plain read of the same bytes, one job per op with the GEMV's items: what a read-only
 //           stream of exactly these pages gets
 //   triad   bench::triad_rates over 3 x 64 MiB
+//   ops_4k, read_4k   ops and read over a second, plain mapping of the same checkpoint file (no
+//           MADV_HUGEPAGE, so 4 KiB page-table entries even where the page cache holds 2 MiB folios):
+//           the same bytes, the model's mapping against 4 KiB pages in the same minutes (single-file
+//           checkpoints only)
 // and prints each round's GB/s on stderr and the medians (and per-round ratios) as `compare_*` lines.
 // The ops mode also times each kind of op on its own (compare_op_<kind>_gbs), to see whether the
 // small k/v products, the 8192-deep down projection or the 525 MB head stream slower.
@@ -18,13 +22,18 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <memory>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "../common.hpp"
 #include "../triad.hpp"
+#include "ttmoe/io/bf16_matrix.hpp"
+#include "ttmoe/io/safetensors.hpp"
+#include "ttmoe/io/safetensors_mmap.hpp"
 #include "ttmoe/ttmoe.hpp"
 
 namespace bench::decode_streams {
@@ -58,6 +67,43 @@ std::vector<std::vector<Op>> decode_ops(const Model& m) {
   return layers;
 }
 
+/// decode_ops' list over a plain mapping of the checkpoint `file` (the same tensors, at the same
+/// offsets in their pages, mapped 4 KiB at a time), with `like`'s shapes; the views keep the file
+/// mapped. Empty when the file lacks a tensor.
+inline std::vector<std::vector<Op>> decode_ops_4k(const std::vector<std::vector<Op>>& like,
+                                                  const std::shared_ptr<const ttmoe::io::SafetensorsFile>& file,
+                                                  std::vector<std::unique_ptr<ttmoe::io::Bf16Matrix>>& store) {
+  static const char* names[4][3] = {{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                                    {"self_attn.o_proj", nullptr, nullptr},
+                                    {"mlp.gate_proj", "mlp.up_proj", nullptr},
+                                    {"mlp.down_proj", nullptr, nullptr}};
+  std::vector<std::vector<Op>> out;
+  for (std::size_t l = 0; l < like.size(); ++l) {
+    std::vector<Op> ops;
+    for (std::size_t o = 0; o < like[l].size(); ++o) {
+      Op op{like[l][o].kind, {}};
+      for (std::size_t i = 0; i < like[l][o].ws.size(); ++i) {
+        const std::string key = like[l][o].kind == std::string("head")
+                                    ? (file->contains("lm_head.weight") ? "lm_head.weight" : "model.embed_tokens.weight")
+                                    : "model.layers." + std::to_string(l) + "." + names[o][i] + ".weight";
+        if (!file->contains(key)) return {};
+        const auto& t = file->info(key);
+        const auto* w = like[l][o].ws[i];
+        if (t.bytes.size() != w->bytes()) return {};
+        auto m = std::make_unique<ttmoe::io::Bf16Matrix>(ttmoe::io::Bf16Matrix::view(
+            file, reinterpret_cast<const std::uint16_t*>(t.bytes.data()), w->rows, w->cols));
+        m->arithmetic = w->arithmetic;
+        ttmoe::io::detail::prefault_read(t.bytes);
+        op.ws.push_back(m.get());
+        store.push_back(std::move(m));
+      }
+      ops.push_back(std::move(op));
+    }
+    out.push_back(std::move(ops));
+  }
+  return out;
+}
+
 /// Rows per work item of a matrix `cols` wide: linear_bf16_gemv_group's split (kGemvItemBytes).
 inline ttmoe::index_t item_rows(ttmoe::index_t cols) {
   return std::max<ttmoe::index_t>(16, ttmoe::cpu_backend::kGemvItemBytes / (2 * cols));
@@ -89,7 +135,8 @@ inline std::uint64_t read_bytes(const void* p, std::size_t bytes) {
 
 /// The comparison (file comment). `decode_tokens(n)` runs n decode steps. Prints to stdout/stderr.
 template <class Model>
-int compare(const Model& model, int rounds, int tokens_per_round, const std::function<void(int)>& decode_tokens) {
+int compare(const Model& model, const std::filesystem::path& dir, int rounds, int tokens_per_round,
+            const std::function<void(int)>& decode_tokens) {
   namespace cb = ttmoe::cpu_backend;
   using ttmoe::index_t;
   const auto layers = decode_ops(model);
@@ -113,17 +160,24 @@ int compare(const Model& model, int rounds, int tokens_per_round, const std::fun
   std::vector<std::vector<float>> ys(3, std::vector<float>(std::size_t(longest)));
   std::map<std::string, double> kind_seconds;
 
-  // ops: one linear_bf16_gemv_group per op, timing each kind.
-  auto ops_pass = [&] {
-    for (const auto& ops : layers)
+  // A second, plain mapping of a single-file checkpoint (ops_4k, read_4k).
+  std::vector<std::vector<Op>> layers_4k;
+  std::vector<std::unique_ptr<ttmoe::io::Bf16Matrix>> store_4k;
+  if (std::filesystem::exists(dir / "model.safetensors"))
+    layers_4k = decode_ops_4k(layers, std::make_shared<const ttmoe::io::SafetensorsFile>(dir / "model.safetensors"), store_4k);
+  // ops: one linear_bf16_gemv_group per op, timing each kind (of the model's own mapping).
+  auto ops_over = [&](const std::vector<std::vector<Op>>& list, bool per_kind) {
+    for (const auto& ops : list)
       for (const auto& op : ops) {
         std::array<cb::Bf16GemvPart, 3> parts;
         for (std::size_t i = 0; i < op.ws.size(); ++i) parts[i] = {op.ws[i], nullptr, ys[i].data(), nullptr};
         const auto t0 = Clock::now();
         cb::linear_bf16_gemv_group(x.data(), std::span<const cb::Bf16GemvPart>(parts.data(), op.ws.size()));
-        kind_seconds[op.kind] += seconds_since(t0);
+        if (per_kind) kind_seconds[op.kind] += seconds_since(t0);
       }
   };
+  auto ops_pass = [&] { ops_over(layers, true); };
+  auto ops_4k_pass = [&] { ops_over(layers_4k, false); };
   // layer: every GEMV of a layer (and the head) as one job over all its items.
   std::vector<std::vector<Item>> layer_items;
   for (const auto& ops : layers) {
@@ -145,12 +199,14 @@ int compare(const Model& model, int rounds, int tokens_per_round, const std::fun
 #endif
   };
   // read: one job per op over the op's items, each item's bytes read plainly.
-  std::vector<std::vector<Item>> op_items;
+  std::vector<std::vector<Item>> op_items, op_items_4k;
   for (const auto& ops : layers)
     for (const auto& op : ops) op_items.push_back(items_of(op.ws));
+  for (const auto& ops : layers_4k)
+    for (const auto& op : ops) op_items_4k.push_back(items_of(op.ws));
   std::atomic<std::uint64_t> sink{0};
-  auto read_pass = [&] {
-    for (const auto& items : op_items)
+  auto read_over = [&](const std::vector<std::vector<Item>>& list) {
+    for (const auto& items : list)
       cb::ThreadPool::instance().parallel_items(index_t(items.size()), [&] {
         return [&](index_t i) {
           const Item& it = items[std::size_t(i)];
@@ -159,10 +215,15 @@ int compare(const Model& model, int rounds, int tokens_per_round, const std::fun
         };
       });
   };
+  auto read_pass = [&] { read_over(op_items); };
+  auto read_4k_pass = [&] { read_over(op_items_4k); };
 
   const double token_bytes = bytes;  // the decode streams these bytes per token (the bench's own count adds nothing)
   std::vector<double> dec, ops, lay, rd, tri, dec_over_ops, ops_over_read, lay_over_ops, dec_over_tri, ops_over_tri;
+  std::vector<double> ops4, rd4, ops_over_4k, read_over_4k;
+  const bool with_4k = !layers_4k.empty();
   ops_pass(), layer_pass(), read_pass();  // warm-up
+  if (with_4k) ops_4k_pass(), read_4k_pass();
   kind_seconds.clear();
   auto timed = [&](auto&& f) {
     const auto t0 = Clock::now();
@@ -176,15 +237,23 @@ int compare(const Model& model, int rounds, int tokens_per_round, const std::fun
     ops.push_back(timed(ops_pass));
     lay.push_back(timed(layer_pass));
     rd.push_back(timed(read_pass));
+    if (with_4k) {
+      ops4.push_back(timed(ops_4k_pass));
+      rd4.push_back(timed(read_4k_pass));
+      ops_over_4k.push_back(ops.back() / ops4.back());
+      read_over_4k.push_back(rd.back() / rd4.back());
+    }
     tri.push_back(triad_rates(ttmoe::index_t(1) << 24, 4).mean);
     dec_over_ops.push_back(dec.back() / ops.back());
     ops_over_read.push_back(ops.back() / rd.back());
     lay_over_ops.push_back(lay.back() / ops.back());
     dec_over_tri.push_back(dec.back() / tri.back());
     ops_over_tri.push_back(ops.back() / tri.back());
-    std::fprintf(stderr, "round %d: triad %.1f read %.1f ops %.1f layer %.1f decode %.1f GB/s; decode/ops %.3f\n", r,
+    std::fprintf(stderr, "round %d: triad %.1f read %.1f ops %.1f layer %.1f decode %.1f GB/s; decode/ops %.3f", r,
                  tri.back() / 1e9, rd.back() / 1e9, ops.back() / 1e9, lay.back() / 1e9, dec.back() / 1e9,
                  dec_over_ops.back());
+    if (with_4k) std::fprintf(stderr, "; 4 KiB pages: read %.1f ops %.1f", rd4.back() / 1e9, ops4.back() / 1e9);
+    std::fprintf(stderr, "\n");
   }
   std::printf("compare_weight_bytes: %.0f\n", token_bytes);
   std::printf("compare_triad_gbs: %.2f\ncompare_read_gbs: %.2f\ncompare_ops_gbs: %.2f\ncompare_layer_gbs: %.2f\ncompare_decode_gbs: %.2f\n",
@@ -192,6 +261,9 @@ int compare(const Model& model, int rounds, int tokens_per_round, const std::fun
   std::printf("compare_decode_over_ops: %.3f\ncompare_ops_over_read: %.3f\ncompare_layer_over_ops: %.3f\n"
               "compare_decode_over_triad: %.3f\ncompare_ops_over_triad: %.3f\n",
               median(dec_over_ops), median(ops_over_read), median(lay_over_ops), median(dec_over_tri), median(ops_over_tri));
+  if (with_4k)
+    std::printf("compare_read_4k_gbs: %.2f\ncompare_ops_4k_gbs: %.2f\ncompare_read_over_4k: %.3f\ncompare_ops_over_4k: %.3f\n",
+                median(rd4) / 1e9, median(ops4) / 1e9, median(read_over_4k), median(ops_over_4k));
   for (const auto& [kind, s] : kind_seconds)
     std::printf("compare_op_%s_gbs: %.2f\n", kind.c_str(), kind_bytes[kind] * rounds * tokens_per_round / s / 1e9);
   std::printf("compare_sink: %llu\n", (unsigned long long)(sink.load() & 1));

@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
       prefill_runs > 0 ? bench::median(std::vector<double>(prefill_times.begin() + 1, prefill_times.end())) : prefill_first_s;
 
   if (compare_rounds > 0)  // decode against the same weights streamed without the rest of the step
-    return bench::decode_streams::compare(model, compare_rounds, compare_tokens, [&](int n) {
+    return bench::decode_streams::compare(model, dir, compare_rounds, compare_tokens, [&](int n) {
       for (int k = 0; k < n; ++k) {
         auto step = model.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 1), std::vector<std::int64_t>{tok}), cache);
         tok = argmax_row(model.logits(step.reshape(DynShape<2>(1, c.hidden_size))));
