@@ -5,7 +5,8 @@
 //   ops     the same weights through cpu_backend::linear_bf16_gemv_group in the decode's order and
 //           grouping (q|k|v, o, gate|up, down per layer, then the head): one pool job per op, as the
 //           decode runs them, and nothing else in between (no attention, norms, RoPE, allocation)
-//   layer   the same GEMVs with ONE pool job per layer (the head one more): fewer hand-offs
+//   layer   the same GEMVs with ONE pool job per layer (the head one more): fewer hand-offs (AVX512-BF16
+//           builds, whose `vdpbf16ps` GEMV the bf16 decode runs; 0 elsewhere)
 //   read    a plain read of the same bytes, one job per op with the GEMV's items: what a read-only
 //           stream of exactly these pages gets
 //   triad   bench::triad_rates over 3 x 64 MiB
@@ -185,6 +186,12 @@ int compare(const Model& model, const std::filesystem::path& dir, int rounds, in
     for (const auto& op : ops) ws.insert(ws.end(), op.ws.begin(), op.ws.end());
     layer_items.push_back(items_of(ws));
   }
+  // Only where the `vdpbf16ps` GEMV exists (the kernel the bf16 decode runs); elsewhere not timed.
+#if defined(TTMOE_BF16DOT_GEMM)
+  constexpr bool with_layer = true;
+#else
+  constexpr bool with_layer = false;
+#endif
   auto layer_pass = [&] {
 #if defined(TTMOE_BF16DOT_GEMM)
     std::vector<std::uint16_t> xb(std::size_t((widest + cb::bf16dot::kGemvStep - 1) / cb::bf16dot::kGemvStep * cb::bf16dot::kGemvStep));
@@ -235,7 +242,7 @@ int compare(const Model& model, const std::filesystem::path& dir, int rounds, in
     decode_tokens(tokens_per_round);
     dec.push_back(double(tokens_per_round) * token_bytes / seconds_since(t0));
     ops.push_back(timed(ops_pass));
-    lay.push_back(timed(layer_pass));
+    lay.push_back(with_layer ? timed(layer_pass) : 0.0);
     rd.push_back(timed(read_pass));
     if (with_4k) {
       ops4.push_back(timed(ops_4k_pass));
@@ -246,7 +253,7 @@ int compare(const Model& model, const std::filesystem::path& dir, int rounds, in
     tri.push_back(triad_rates(ttmoe::index_t(1) << 24, 4).mean);
     dec_over_ops.push_back(dec.back() / ops.back());
     ops_over_read.push_back(ops.back() / rd.back());
-    lay_over_ops.push_back(lay.back() / ops.back());
+    lay_over_ops.push_back(lay.back() / ops.back());  // 0 where the layer mode is not timed
     dec_over_tri.push_back(dec.back() / tri.back());
     ops_over_tri.push_back(ops.back() / tri.back());
     std::fprintf(stderr, "round %d: triad %.1f read %.1f ops %.1f layer %.1f decode %.1f GB/s; decode/ops %.3f", r,
