@@ -10,14 +10,18 @@
 //   read    a plain read of the same bytes, one job per op with the GEMV's items: what a read-only
 //           stream of exactly these pages gets
 //   triad   bench::triad_rates over 3 x 64 MiB
-//   ops_4k, read_4k   ops and read over a second, plain mapping of the same checkpoint file (no
-//           MADV_HUGEPAGE, so 4 KiB page-table entries even where the page cache holds 2 MiB folios):
-//           the same bytes, the model's mapping against 4 KiB pages in the same minutes (single-file
-//           checkpoints only)
+//   ops_4k, read_4k   ops and read over a second mapping of the same checkpoint file with
+//           MADV_NOHUGEPAGE, so 4 KiB page-table entries even where the page cache holds the file in
+//           2 MiB folios (which the kernel maps with 2 MiB entries otherwise, hint or not): the same
+//           physical pages, only the page-table entries' size differs from the model's mapping
+//           (single-file checkpoints only)
 // and prints each round's GB/s on stderr and the medians (and per-round ratios) as `compare_*` lines.
 // The ops mode also times each kind of op on its own (compare_op_<kind>_gbs), to see whether the
 // small k/v products, the 8192-deep down projection or the 525 MB head stream slower.
 #pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -68,9 +72,9 @@ std::vector<std::vector<Op>> decode_ops(const Model& m) {
   return layers;
 }
 
-/// decode_ops' list over a plain mapping of the checkpoint `file` (the same tensors, at the same
-/// offsets in their pages, mapped 4 KiB at a time), with `like`'s shapes; the views keep the file
-/// mapped. Empty when the file lacks a tensor.
+/// decode_ops' list over another mapping of the checkpoint `file` (the same tensors, the same
+/// physical pages), each tensor's pages mapped 4 KiB at a time, with `like`'s shapes; the views keep
+/// the file mapped. Empty when the file lacks a tensor.
 inline std::vector<std::vector<Op>> decode_ops_4k(const std::vector<std::vector<Op>>& like,
                                                   const std::shared_ptr<const ttmoe::io::SafetensorsFile>& file,
                                                   std::vector<std::unique_ptr<ttmoe::io::Bf16Matrix>>& store) {
@@ -94,6 +98,12 @@ inline std::vector<std::vector<Op>> decode_ops_4k(const std::vector<std::vector<
         auto m = std::make_unique<ttmoe::io::Bf16Matrix>(ttmoe::io::Bf16Matrix::view(
             file, reinterpret_cast<const std::uint16_t*>(t.bytes.data()), w->rows, w->cols));
         m->arithmetic = w->arithmetic;
+        // MADV_NOHUGEPAGE: 4 KiB entries even over 2 MiB folios, which the kernel otherwise maps
+        // with 2 MiB entries whatever the mapping asked for.
+        const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+        const auto first = reinterpret_cast<std::uintptr_t>(t.bytes.data()) / page * page;
+        const auto end = (reinterpret_cast<std::uintptr_t>(t.bytes.data()) + t.bytes.size() + page - 1) / page * page;
+        ::madvise(reinterpret_cast<void*>(first), end - first, MADV_NOHUGEPAGE);
         ttmoe::io::detail::prefault_read(t.bytes);
         op.ws.push_back(m.get());
         store.push_back(std::move(m));
@@ -161,7 +171,7 @@ int compare(const Model& model, const std::filesystem::path& dir, int rounds, in
   std::vector<std::vector<float>> ys(3, std::vector<float>(std::size_t(longest)));
   std::map<std::string, double> kind_seconds;
 
-  // A second, plain mapping of a single-file checkpoint (ops_4k, read_4k).
+  // A second mapping of a single-file checkpoint with 4 KiB entries (ops_4k, read_4k).
   std::vector<std::vector<Op>> layers_4k;
   std::vector<std::unique_ptr<ttmoe::io::Bf16Matrix>> store_4k;
   if (std::filesystem::exists(dir / "model.safetensors"))
