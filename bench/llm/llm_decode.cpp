@@ -33,6 +33,9 @@
 //   bench_llm_decode DIR [--precision f32|bf16] [--arithmetic exact|bf16] [--storage mapped|huge_pages]
 //                        [--threads 2] [--prompt 512]
 //                        [--new 128] [--cache 2048] [--triad-every 16] [--prefill-runs 3]
+//                        [--compare R [--compare-tokens 4]]
+// `--compare R` replaces the decode by R rounds that time decode steps against the same weights
+// streamed by the GEMV alone, per op and per layer, a plain read of them and a triad (decode_streams.hpp).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -45,6 +48,7 @@
 
 #include "../common.hpp"
 #include "../triad.hpp"
+#include "decode_streams.hpp"
 #include "ttmoe/models/llama_hf.hpp"
 #include "ttmoe/ttmoe.hpp"
 
@@ -94,7 +98,7 @@ int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
     std::fprintf(stderr, "usage: bench_llm_decode DIR [--precision f32|bf16] [--arithmetic exact|bf16] [--storage mapped|huge_pages] "
                  "[--threads N] [--prompt N] "
-                 "[--new N] [--cache N] [--triad-every N] [--prefill-runs N]\n");
+                 "[--new N] [--cache N] [--triad-every N] [--prefill-runs N] [--compare R [--compare-tokens N]]\n");
     return 2;
   }
   const std::filesystem::path dir = argv[1];
@@ -103,6 +107,7 @@ int main(int argc, char** argv) {
   index_t prompt_len = 512, new_tokens = 128, cache_len = 2048;
   long triad_every_arg = 16;  // signed, so a negative value is caught below
   int prefill_runs = 3;
+  int compare_rounds = 0, compare_tokens = 4;
   for (int i = 2; i < argc; ++i) {
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) throw std::runtime_error(std::string("missing value after ") + argv[i]);
@@ -117,14 +122,18 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--cache")) cache_len = std::stol(next());
     else if (!std::strcmp(argv[i], "--triad-every")) triad_every_arg = std::stol(next());
     else if (!std::strcmp(argv[i], "--prefill-runs")) prefill_runs = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--compare")) compare_rounds = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--compare-tokens")) compare_tokens = std::stoi(next());
     else {
       std::fprintf(stderr, "bench_llm_decode: unknown argument '%s'\n", argv[i]);
       return 2;
     }
   }
   if (prompt_len < 1 || new_tokens < 1 || prompt_len + new_tokens > cache_len || triad_every_arg < 0 ||
-      prefill_runs < 0) {
-    std::fprintf(stderr, "bench_llm_decode: need 1 <= prompt, 1 <= new, prompt + new <= cache, triad-every >= 0 and prefill-runs >= 0\n");
+      prefill_runs < 0 || compare_rounds < 0 || compare_tokens < 1 ||
+      prompt_len + index_t(compare_rounds) * compare_tokens > cache_len) {
+    std::fprintf(stderr, "bench_llm_decode: need 1 <= prompt, 1 <= new, prompt + new <= cache, triad-every >= 0, prefill-runs >= 0, "
+                 "compare >= 0, compare-tokens >= 1 and prompt + compare x compare-tokens <= cache\n");
     return 2;
   }
   const index_t triad_every = index_t(triad_every_arg);
@@ -174,6 +183,14 @@ int main(int argc, char** argv) {
   const double prefill_first_s = prefill_times.front();
   const double prefill_s =
       prefill_runs > 0 ? bench::median(std::vector<double>(prefill_times.begin() + 1, prefill_times.end())) : prefill_first_s;
+
+  if (compare_rounds > 0)  // decode against the same weights streamed without the rest of the step
+    return bench::decode_streams::compare(model, dir, compare_rounds, compare_tokens, [&](int n) {
+      for (int k = 0; k < n; ++k) {
+        auto step = model.forward_cached(IndexTensor<DynShape<2>>::from_host(DynShape<2>(1, 1), std::vector<std::int64_t>{tok}), cache);
+        tok = argmax_row(model.logits(step.reshape(DynShape<2>(1, c.hidden_size))));
+      }
+    });
 
   // Peak RSS outside the triad samples: the mark is read before each sample and reset after it.
   double peak_rss_mb = 0;

@@ -664,6 +664,28 @@ TEST_CASE("safetensors: files are movable and keep their data valid") {
   for (const auto& m : many) CHECK(m.read<double>("v") == v);
 }
 
+TEST_CASE("safetensors: asking for huge pages keeps a mapped file's values and leaves caller bytes alone") {
+  // 6 MiB of floats, so the mapping spans whole 2 MiB regions the kernel may map with one entry each.
+  std::vector<float> v(std::size_t(3) << 19);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = float(i % 1000) * 0.5f - float(i / 1000);
+  SafetensorsWriter w;
+  w.add("v", std::span<const float>(v), {std::int64_t(v.size())});
+  const fs::path p = scratch() / "huge.safetensors";
+  w.write(p);
+  const SafetensorsFile f(p);
+  REQUIRE(f.is_mapped());
+  f.advise_huge_pages();  // before the first read, as the BF16 loader calls it
+  detail::prefault_read(f.info("v").bytes);
+  CHECK(f.read<float>("v") == v);
+  const SafetensorsFile twin(p);
+  twin.advise_huge_pages();  // a second mapping of the same file: still the same values
+  CHECK(twin.read<float>("v") == v);
+  const auto owned = SafetensorsFile::from_bytes(w.to_bytes(), "owned");
+  CHECK_FALSE(owned.is_mapped());
+  owned.advise_huge_pages();  // no mapping: nothing to advise
+  CHECK(owned.read<float>("v") == v);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Malformed files: one case per class; each asserts the kind and that the message names the file
 // ---------------------------------------------------------------------------------------------

@@ -218,6 +218,9 @@ class SafetensorsFile {
   /// True when the bytes are a read-only mapping of the file (the constructor from a path), so
   /// dropping their pages (detail::release_pages) loses nothing; false for caller bytes.
   [[nodiscard]] bool is_mapped() const noexcept { return !map_.bytes().empty(); }
+  /// Asks for the whole mapping to be mapped in 2 MiB pages where the page cache allows it
+  /// (detail::advise_huge_pages); nothing for caller bytes. Before the first read of the tensors.
+  void advise_huge_pages() const noexcept { detail::advise_huge_pages(map_.bytes()); }
 
   /// Number of tensors in the file.
   [[nodiscard]] std::size_t size() const noexcept { return tensors_.size(); }

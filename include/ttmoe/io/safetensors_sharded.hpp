@@ -59,6 +59,10 @@ class ShardedSafetensors {
   [[nodiscard]] const std::string& path() const noexcept { return label_; }
   /// True: every shard is a read-only mapping of its file (SafetensorsFile::is_mapped).
   [[nodiscard]] bool is_mapped() const noexcept { return true; }
+  /// SafetensorsFile::advise_huge_pages on every shard.
+  void advise_huge_pages() const noexcept {
+    for (const auto& s : shards_) s->advise_huge_pages();
+  }
   /// Whether the index names tensor `name`.
   [[nodiscard]] bool contains(std::string_view name) const { return where_.find(std::string(name)) != where_.end(); }
   /// Tensor names in index order (sorted).

@@ -25,12 +25,14 @@ inline WeightPrecision parse_weight_precision(const std::string& s) {
 }
 
 /// Where load_llama keeps the BF16 weights a BF16 file stores (WeightPrecision::bf16; issue #14):
-/// `mapped` views them in the memory-mapped file (no copy, the page cache's 4 KiB pages, shared
-/// with other processes mapping the file); `huge_pages` copies each into anonymous memory with
-/// transparent huge pages, releasing the mapped pages as it goes (io::copy_to_huge_pages): a copy
-/// at load, for machines where streaming page-cache pages costs TLB walks that huge pages save. On
-/// the AMD EPYC VM it measured no faster than `mapped` and loaded slower, so `mapped` is the
-/// default (docs/design.md, #14 decode, helper bw17).
+/// `mapped` views them in the memory-mapped file (no copy, the page cache's pages, shared with
+/// other processes mapping the file; mapped 2 MiB at a time where the page cache holds the file in
+/// 2 MiB folios, else 4 KiB: io::detail::advise_huge_pages); `huge_pages` copies each into
+/// anonymous memory with transparent huge pages, releasing the mapped pages as it goes
+/// (io::copy_to_huge_pages): a copy at load, for machines where streaming page-cache pages costs
+/// what huge pages save and the page cache cannot hold the file in large folios. `mapped` is the
+/// default: no copy, and the same 2 MiB entries where the page cache allows them (docs/design.md,
+/// #14 decode, helpers bw17 and decode18).
 enum class Bf16Storage { mapped, huge_pages };
 
 /// Parses "mapped" / "huge_pages" (CLI flags); anything else is a ValueError naming the value.

@@ -113,6 +113,9 @@ LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, s
 
   LlamaForCausalLM<float, cpu> m;
   m.config = config;
+  // The views are streamed once per decoded token: 2 MiB page-table entries where the page cache
+  // allows them, asked for before the first page is touched (io::detail::advise_huge_pages).
+  if (adopt_matrices && storage == Bf16Storage::mapped) src->advise_huge_pages();
   if (adopt_matrices) {
     m.model.embed_tokens.adopt_weight_bf16(detail::mapped_bf16(*src, owner, "model.embed_tokens.weight", storage),
                                            "model.embed_tokens");
