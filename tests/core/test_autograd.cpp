@@ -338,7 +338,9 @@ TEST_CASE("large gradients (threaded GEMM and fused broadcast VJPs) match naive 
     // col's rows are summed in parallel (each destination one whole row), row's serially: either
     // way one thread gives the same sums bit for bit.
     cpu_backend::set_num_threads(1);
-    auto x1 = x.detach().clone(), row1 = row.detach().clone(), col1 = col.detach().clone();
+    auto x1 = x.detach().clone();
+    auto row1 = row.detach().clone();
+    auto col1 = col.detach().clone();
     x1.set_requires_grad();
     row1.set_requires_grad();
     col1.set_requires_grad();
