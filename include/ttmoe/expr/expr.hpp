@@ -67,9 +67,9 @@ struct TensorLeaf {
       k.sink_base = t.data;
       if (t.fresh) plan.fresh_sinks.push_back(t.data);
     } else {
-      auto tmp = make_buffer<T, D>(out_n);
-      D::template fill_zero<T>(tmp->data(), out_n);
+      auto tmp = make_buffer<T, D>(out_n);  // this leaf's own: its VJP stores every element
       k.sink_base = tmp->data();
+      plan.fresh_sinks.push_back(tmp->data());
       plan.temps.push_back(tmp);
       const auto leaf_ext = tensor.extents();
       plan.finish.push_back([tmp, meta, leaf_ext, out] {
