@@ -8,9 +8,14 @@
 //   gmoe_dense_ffn_fwd_bwd_ms: X
 //   gmoe_moe_layer_fwd_bwd_ms: X
 //   gmoe_moe_layer_over_dense_ffn: X          (median over runs of moe_i / dense_i)
+//   gmoe_dense_ffn_cpu_ms, gmoe_moe_layer_cpu_ms, gmoe_moe_layer_over_dense_ffn_cpu: X
+//       the same from the process's CPU time (all threads) per step: on a loaded machine wall time
+//       counts the minutes other processes held the cores, CPU time only this process's work (plus
+//       the pool's short spin at each barrier), so at --threads 1 it is the steadier A/B figure
 //   bench_gmoe_layer [--images 32] [--threads 2] [--runs 7] [--warmup 2] [--expert-dropout 0.1]
 
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -28,6 +33,13 @@ using bench::seconds_since;
 using Tokens = Tensor<float, DynShape<3>>;
 
 namespace {
+/// CPU seconds this process has used so far (every thread).
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 Tokens random_tokens(index_t b, index_t t, index_t d, std::uint64_t seed, bool grad) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> n;
@@ -94,19 +106,27 @@ int main(int argc, char** argv) {
     dense_step();
     moe_step();
   }
-  std::vector<double> td, tm, ratio;
+  std::vector<double> td, tm, ratio, cd, cm, cratio;
   for (int r = 0; r < runs; ++r) {
     auto t0 = Clock::now();
+    double c0 = process_cpu_seconds();
     dense_step();
     td.push_back(seconds_since(t0));
+    cd.push_back(process_cpu_seconds() - c0);
     t0 = Clock::now();
+    c0 = process_cpu_seconds();
     moe_step();
     tm.push_back(seconds_since(t0));
+    cm.push_back(process_cpu_seconds() - c0);
     ratio.push_back(tm.back() / td.back());
+    cratio.push_back(cm.back() / cd.back());
   }
   std::printf("gmoe_dense_ffn_fwd_bwd_ms: %.2f\n", 1e3 * median(td));
   std::printf("gmoe_moe_layer_fwd_bwd_ms: %.2f\n", 1e3 * median(tm));
   std::printf("gmoe_moe_layer_over_dense_ffn: %.3f\n", median(ratio));
+  std::printf("gmoe_dense_ffn_cpu_ms: %.2f\n", 1e3 * median(cd));
+  std::printf("gmoe_moe_layer_cpu_ms: %.2f\n", 1e3 * median(cm));
+  std::printf("gmoe_moe_layer_over_dense_ffn_cpu: %.3f\n", median(cratio));
   std::fprintf(stderr,
                "(%d images x %ld tokens = %ld tokens, %d threads, %d runs, expert dropout %.2f, last run dropped %ld of "
                "%ld tokens)\n",

@@ -335,6 +335,19 @@ TEST_CASE("large gradients (threaded GEMM and fused broadcast VJPs) match naive 
     CHECK_CLOSE(x.grad().to_vector(), dx, 1e-12, 1e-12);
     CHECK_CLOSE(row.grad().to_vector(), drow, 1e-10, 1e-10);
     CHECK_CLOSE(col.grad().to_vector(), dcol, 1e-10, 1e-10);
+    // col's rows are summed in parallel (each destination one whole row), row's serially: either
+    // way one thread gives the same sums bit for bit.
+    cpu_backend::set_num_threads(1);
+    auto x1 = x.detach().clone();
+    auto row1 = row.detach().clone();
+    auto col1 = col.detach().clone();
+    x1.set_requires_grad();
+    row1.set_requires_grad();
+    col1.set_requires_grad();
+    autograd::Tape tape1;
+    autograd::backward(tape1, sum_all(eval(tanh(x1 * row1 + col1)) * U));
+    CHECK(col1.grad().to_vector() == col.grad().to_vector());
+    CHECK(row1.grad().to_vector() == row.grad().to_vector());
   }
 }
 

@@ -90,6 +90,88 @@ TEST_CASE("nn: dropout masks come from the seed, and neighbouring elements are i
   REQUIRE(nn::dropout_mask<double, cpu>(DynShape<2>(1001, 101), p, d).to_vector() == ya);
 }
 
+TEST_CASE("nn: dropout masks are splitmix64's stream, computed inside the pass that uses them") {
+  // An independent spelling of the documented stream: draw i is half i % 2 (low first) of
+  // splitmix64's output for the counter key + (i / 2) * golden; kept iff draw < keep_p * 2^32.
+  auto reference = [](std::uint64_t key, std::size_t n, double p) {
+    std::vector<double> m(n);
+    const auto threshold = std::uint64_t((1.0 - p) * 4294967296.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint64_t z = key + std::uint64_t(i / 2) * 0x9e3779b97f4a7c15ULL;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      z ^= z >> 31;
+      const std::uint64_t draw = (i % 2 == 0 ? z : z >> 32) & 0xffffffffULL;
+      m[i] = draw < threshold ? 1.0 / (1.0 - p) : 0.0;
+    }
+    return m;
+  };
+  const std::size_t threads_before = cpu_backend::num_threads();
+  for (std::size_t threads : {std::size_t(1), std::size_t(2), std::size_t(3)}) {
+    cpu_backend::set_num_threads(threads);
+    for (const auto& [rows, cols] : {std::pair<index_t, index_t>{1001, 101}, {613, 1536}, {3, 5}}) {
+      const double p = 0.1;
+      const std::size_t n = std::size_t(rows * cols);
+      nn::Rng a(11), b(11);
+      const auto key = nn::Rng(11)();
+      const auto want = reference(key, n, p);
+      // As a tensor (float: the SIMD path; double: the scalar one) and as an operand of a product.
+      const auto mf = nn::dropout_mask<float, cpu>(DynShape<2>(rows, cols), p, a).to_vector();
+      const auto md = nn::dropout_mask<double, cpu>(DynShape<2>(rows, cols), p, b).to_vector();
+      for (std::size_t i = 0; i < n; ++i) {
+        REQUIRE(double(mf[i]) == Approx(want[i]).epsilon(1e-6));
+        REQUIRE(md[i] == want[i]);
+      }
+      auto x = Tensor<float, DynShape<2>>::full(DynShape<2>(rows, cols), 2.0f);
+      nn::Rng c(11);
+      const auto y = nn::dropout(x, p, true, c).to_vector();
+      for (std::size_t i = 0; i < n; ++i) REQUIRE(double(y[i]) == Approx(2.0 * want[i]).epsilon(1e-6));
+      // Broadcast over a leading axis: every [cols] row of x [rows, cols] reads the same [cols] mask,
+      // and a row of odd length makes batches start at odd mask indices (the per-element path).
+      nn::Rng e(11);
+      Tensor<float, DynShape<2>> yb = x * nn::dropout_mask_expr<float, cpu>(std::array<index_t, 1>{cols}, p, e);
+      const auto vb = yb.to_vector();
+      for (index_t r = 0; r < rows; ++r)
+        for (index_t j = 0; j < cols; ++j)
+          REQUIRE(double(vb[std::size_t(r * cols + j)]) == Approx(2.0 * want[std::size_t(j)]).epsilon(1e-6));
+    }
+  }
+  cpu_backend::set_num_threads(threads_before);
+}
+
+TEST_CASE("nn: gelu(h) * dropout_mask_expr equals gelu(h) * dropout_mask, values and gradient") {
+  // moe::MoEFFN's expert dropout: the mask as an operand (recomputed in the backward) against the
+  // stored mask tensor from the same draw.
+  std::mt19937_64 g(3);
+  std::normal_distribution<float> nd;
+  std::vector<float> hv(257 * 96), uv(hv.size());
+  for (auto& v : hv) v = nd(g);
+  for (auto& v : uv) v = nd(g);
+  const auto up = Tensor<float, DynShape<2>>::from_host(DynShape<2>(257, 96), uv);
+  auto run = [&](bool as_expr) {
+    auto h = Tensor<float, DynShape<2>>::from_host(DynShape<2>(257, 96), hv);
+    h.set_requires_grad();
+    autograd::Tape tape;
+    nn::Rng rng(21);
+    Tensor<float, DynShape<2>> y;
+    if (as_expr)
+      y = gelu(h) * nn::dropout_mask_expr<float, cpu>(h.extents(), 0.25, rng);
+    else
+      y = gelu(h) * nn::dropout_mask<float, cpu>(h.shape(), 0.25, rng);
+    Tensor<float, Shape<>> loss = sum_all(y * up);
+    autograd::backward(tape, loss);
+    return std::pair{y.to_vector(), h.grad().to_vector()};
+  };
+  const auto [y_expr, g_expr] = run(true);
+  const auto [y_tensor, g_tensor] = run(false);
+  REQUIRE(y_expr == y_tensor);
+  REQUIRE(g_expr == g_tensor);
+  std::size_t zeros = 0;
+  for (float v : g_expr) zeros += v == 0.0f;
+  REQUIRE(zeros > g_expr.size() / 8);  // the mask dropped gradients too (~25%)
+  REQUIRE(zeros < g_expr.size() / 3);
+}
+
 TEST_CASE("nn: drop_path drops whole samples") {
   nn::Rng rng(7);
   const index_t B = 20000;

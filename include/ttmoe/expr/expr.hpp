@@ -25,6 +25,9 @@ template <class T, class D>
 struct BackwardPlan {
   std::vector<std::shared_ptr<Buffer<T, D>>> temps;
   std::vector<std::function<void()>> finish;
+  /// Gradient buffers allocated (uninitialised) for this pass: their first leaf stores into them
+  /// (settle_fresh_sinks) instead of a zero fill followed by adds.
+  std::vector<const void*> fresh_sinks;
 };
 
 /// A tensor operand of an expression.
@@ -59,12 +62,14 @@ struct TensorLeaf {
     index_t out_n = 1;
     for (auto e : out) out_n *= e;
     auto meta = tensor.meta();
-    if (out_n == tensor.numel()) {
-      k.sink_base = meta->accumulate_target();  // same layout as the output: accumulate in place
+    if (out_n == tensor.numel()) {  // same layout as the output: write in place
+      const auto t = meta->target();
+      k.sink_base = t.data;
+      if (t.fresh) plan.fresh_sinks.push_back(t.data);
     } else {
-      auto tmp = make_buffer<T, D>(out_n);
-      D::template fill_zero<T>(tmp->data(), out_n);
+      auto tmp = make_buffer<T, D>(out_n);  // this leaf's own: its VJP stores every element
       k.sink_base = tmp->data();
+      plan.fresh_sinks.push_back(tmp->data());
       plan.temps.push_back(tmp);
       const auto leaf_ext = tensor.extents();
       plan.finish.push_back([tmp, meta, leaf_ext, out] {
@@ -246,6 +251,7 @@ Tensor<typename E::value_type, S, typename E::device_type> materialize(const E& 
     autograd::active_recorder()->push("fused_elementwise", out.make_output_meta(), [e = e.for_backward(false), ext](const T* g) {
       expr::BackwardPlan<T, D> plan;
       auto k = e.template backward_kernel<R, D>(ext, true, plan);
+      expr::settle_fresh_sinks(k, plan.fresh_sinks);
       Backend<D>::evaluate_backward(k, g, ext);
       for (auto& f : plan.finish) f();
     });

@@ -5,8 +5,10 @@
 // value. `eval` computes the forward value at inner position j of the current row; `fwd` + `bwd`
 // compute the forward values once and push the upstream gradient down to the leaves' sinks.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
+#include <vector>
 
 #include "ttmoe/core/config.hpp"
 #include "ttmoe/expr/vmath.hpp"
@@ -48,6 +50,7 @@ struct LeafKernel {
   T* sink_base = nullptr;   // gradient sink in output layout (backward only; null = not needed)
   T* sink_row = nullptr;
   bool inner_contiguous = true;
+  bool sink_store = false;  // the sink holds garbage and this is its first writer: store, not add
 
   /// Positions the operand at the output row whose outer multi-index is idx (last entry ignored).
   TTMOE_HD void set_row(const std::array<index_t, R>& idx, index_t out_row_offset) {
@@ -80,7 +83,7 @@ struct LeafKernel {
   }
   template <class V>
   TTMOE_HD void bwd(index_t j, const Cache<V>&, V g) const {
-    if (sink_row) vm::store(sink_row + j, vm::load<V>(sink_row + j) + g);
+    if (sink_row) vm::store(sink_row + j, sink_store ? g : vm::load<V>(sink_row + j) + g);
   }
   template <class F>
   void visit_leaves(F&& f) {
@@ -181,5 +184,24 @@ struct OpKernel {
     (kget<I>(kids).visit_leaves(f), ...);
   }
 };
+
+/// Settles which leaves of a backward kernel tree store into a fresh (uninitialised) gradient sink
+/// and which add, given the sinks that were fresh when the tree was built: a fresh sink's FIRST leaf
+/// in visiting order stores, every later leaf on the same sink adds. Leaves run their VJP in that
+/// same order at each element (OpKernel visits and runs its children left to right), so an operand
+/// used twice (x * x) stores its first term and adds the second. Why: a fresh gradient then needs no
+/// zero fill before the pass and no read in it. Host code (it runs before the kernel is launched).
+template <class K>
+void settle_fresh_sinks(K& k, const std::vector<const void*>& fresh) {
+  std::vector<const void*> seen;
+  k.visit_leaves([&](auto& leaf) {
+    if constexpr (requires { leaf.sink_store; }) {
+      if (!leaf.sink_base) return;
+      const bool first = std::find(seen.begin(), seen.end(), leaf.sink_base) == seen.end();
+      leaf.sink_store = first && std::find(fresh.begin(), fresh.end(), leaf.sink_base) != fresh.end();
+      if (first) seen.push_back(leaf.sink_base);
+    }
+  });
+}
 
 }  // namespace ttmoe::expr

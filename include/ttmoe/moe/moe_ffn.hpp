@@ -216,9 +216,11 @@ struct MoEFFN {
     // in bench_gmoe_layer --expert-dropout 0 on a loaded 2-core EPYC, so the plain form stays.)
     if (rng == nullptr || expert_dropout <= 0.0) return ex(xe);
     // act(h) * mask as ONE elementwise pass (and one in the backward): evaluating act(h) and then
-    // dropout would write and re-read the [n_e, H] hidden activation once more each way.
+    // dropout would write and re-read the [n_e, H] hidden activation once more each way. The mask is
+    // an expression operand computed from its element index inside that pass (and again inside its
+    // backward), so no [n_e, H] mask is filled on the host, stored, or kept by the tape.
     const auto h = ex.fc1(xe);
-    const auto mask = nn::dropout_mask<T, D>(h.shape(), expert_dropout, *rng);
+    const auto mask = nn::dropout_mask_expr<T, D>(h.extents(), expert_dropout, *rng);
     return ex.fc2(nn::visit_activation(
         ex.act, [&]<class Act>(Act) { return Tensor<T, DynShape<2>, D>(expr::make_expr<Act>(h) * mask); }));
   }

@@ -3,6 +3,7 @@
 // contiguous range per thread, walk each range row by row and run the inner dimension in xsimd
 // batches with a scalar tail.
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -121,8 +122,7 @@ struct ElementwiseKernels {
     expr::coalesce(ext, k);
     index_t n = 1;
     for (auto x : ext) n *= x;
-    // Serial: different rows may hit the same destination element.
-    detail::for_rows<R>(k, ext, 0, n, [&](auto& kk, index_t j0, index_t j1, index_t off) {
+    auto add_rows = [&](auto& kk, index_t j0, index_t j1, index_t off) {
       T* d = const_cast<T*>(kk.row);
       const T* s = src + off;
       if (kk.inner_contiguous) {
@@ -132,7 +132,25 @@ struct ElementwiseKernels {
         for (index_t j = j0; j < j1; ++j) acc += s[j];
         d[0] += acc;
       }
-    });
+    };
+    // Rows may run in parallel only when no two of them reach the same destination: when the leaf
+    // is broadcast along no outer (row) dimension, e.g. a per-row scale [N, 1] of an [N, D] product
+    // (the MoE layer's gates), whose gradient is one row sum per destination. Then each thread takes
+    // whole rows (a split inside a row would add two partial sums into one element) and the sums
+    // come out the same as serially. Otherwise rows are summed serially.
+    bool rows_disjoint = true;
+    for (std::size_t d = 0; d + 1 < R; ++d) rows_disjoint = rows_disjoint && (ext[d] == 1 || k.stride[d] != 0);
+    index_t inner = 1;
+    if constexpr (R > 0) inner = ext[R - 1];
+    if (rows_disjoint && inner > 0) {
+      const index_t rows = n / inner;
+      parallel_for(rows, std::max<index_t>(1, kElementwiseGrain / inner), [&](index_t b, index_t e) {
+        auto kk = k;
+        detail::for_rows<R>(kk, ext, b * inner, e * inner, add_rows);
+      });
+    } else {
+      detail::for_rows<R>(k, ext, 0, n, add_rows);
+    }
   }
 };
 
