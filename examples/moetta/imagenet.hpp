@@ -52,7 +52,10 @@ inline std::pair<data::Normalization, std::string> choose_normalization(Checkpoi
 inline Model load_vit_b16(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) throw std::runtime_error("--checkpoint: file " + path.string() + " does not exist");
   io::SafetensorsFile f(path);
-  Model m(models::vit_base_patch16(), 0);
+  Model m = [] {
+    nn::SkipInit no_draws;  // the strict load below reads every parameter
+    return Model(models::vit_base_patch16(), 0);
+  }();
   nn::load_state(m, f, detect_names(f));
   return m;
 }

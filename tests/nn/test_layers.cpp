@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "ttmoe/nn/checkpoint.hpp"
 #include "ttmoe/nn/nn.hpp"
 #include "ttmoe/ttmoe.hpp"
 
@@ -33,6 +36,51 @@ TEST_CASE("nn: Linear init, names and freezing") {
   REQUIRE_FALSE(lin.bias.grad().defined());
   nn::Linear<float> nobias(5, 2, false);
   REQUIRE(nn::named_parameters<float>(nobias).size() == 1);
+}
+
+TEST_CASE("nn: SkipInit leaves parameters as allocated, on its own thread only, and nests") {
+  using V = Tensor<float, DynShape<1>>;
+  const float sentinel = 12345.0f;  // outside every init's range
+  auto untouched = [&](const V& t) {
+    const auto v = t.to_vector();
+    return std::all_of(v.begin(), v.end(), [&](float x) { return x == sentinel; });
+  };
+  const V a = V::full(DynShape<1>(64), sentinel), b = V::full(DynShape<1>(64), sentinel);
+  REQUIRE_FALSE(nn::init_skipped());
+  {
+    nn::SkipInit outer;
+    {
+      nn::SkipInit inner;
+      nn::uniform_(a, 1.0, 1);
+      nn::normal_(b, 1.0, 2);
+    }
+    REQUIRE(nn::init_skipped());  // the outer guard still holds
+    nn::uniform_(a, 1.0, 1);
+    CHECK(untouched(a));
+    CHECK(untouched(b));
+    // Another thread draws as usual: the guard is this thread's.
+    std::thread([&] { nn::uniform_(a, 1.0, 1); }).join();
+    CHECK_FALSE(untouched(a));
+  }
+  REQUIRE_FALSE(nn::init_skipped());
+  nn::normal_(b, 1.0, 2);
+  CHECK_FALSE(untouched(b));
+  // A layer built under the guard has its shapes, and a strict load still fills every parameter.
+  nn::Linear<float> drawn(8, 3, true, 5);
+  nn::Linear<float> built = [] {
+    nn::SkipInit no_draws;
+    return nn::Linear<float>(8, 3, true, 5);
+  }();
+  CHECK(built.weight.extent(0) == 3);
+  CHECK(built.weight.extent(1) == 8);
+  CHECK(built.bias.extent(0) == 3);
+  CHECK(built.weight.requires_grad());
+  const auto file = std::filesystem::temp_directory_path() / "ttmoe_test_skip_init.safetensors";
+  nn::save_state(drawn, file);
+  nn::load_state(built, file);
+  std::filesystem::remove(file);
+  CHECK(built.weight.to_vector() == drawn.weight.to_vector());
+  CHECK(built.bias.to_vector() == drawn.bias.to_vector());
 }
 
 TEST_CASE("nn: Mlp and SwiGLU shapes and names") {

@@ -58,7 +58,10 @@ struct BertModel {
     const auto config = EncoderConfig::load(dir / "config.json");
     if (config.is_mpnet())
       throw EncoderConfigError((dir / "config.json").string(), "model_type", "'mpnet' is not a BERT (use MPNetModel)");
-    BertModel m(config);
+    BertModel m = [&] {
+      nn::SkipInit no_draws;  // load_encoder_state reads every parameter (a strict load)
+      return BertModel(config);
+    }();
     detail::load_encoder_state(m, dir);
     return m;
   }

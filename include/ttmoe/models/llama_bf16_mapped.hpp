@@ -126,8 +126,12 @@ LlamaForCausalLM<float, cpu> load_llama_bf16_mapped(const LlamaConfig& config, s
   m.model.layers.reserve(std::size_t(config.num_hidden_layers));
   for (index_t i = 0; i < config.num_hidden_layers; ++i) {
     // The layer's F32 weights exist only until adopted (one layer at a time, before any mapped
-    // page is touched), so they never add to the peak resident set of decoding.
-    auto& l = m.model.layers.emplace_back(config, freqs, 1000 + 32 * std::uint64_t(i));
+    // page is touched), so they never add to the peak resident set of decoding. Nothing is drawn
+    // for them (nn::SkipInit): the matrices are adopted and the norms and biases read below.
+    auto& l = [&]() -> LlamaDecoderLayer<float, cpu>& {
+      nn::SkipInit no_draws;
+      return m.model.layers.emplace_back(config, freqs, 1000 + 32 * std::uint64_t(i));
+    }();
     const std::string p = "model.layers." + std::to_string(i) + ".";
     auto adopt = [&](nn::Linear<float, cpu>& lin, const std::string& name) {
       if (adopt_matrices) lin.adopt_weight_bf16(detail::mapped_bf16(*src, owner, p + name + ".weight", storage), p + name);

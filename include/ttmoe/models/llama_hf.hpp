@@ -36,7 +36,11 @@ LlamaForCausalLM<T, D> load_llama(const std::filesystem::path& dir, WeightPrecis
         return load_llama_bf16_mapped(config, std::make_shared<const io::ShardedSafetensors>(index), storage);
     }
   }
-  LlamaForCausalLM<T, D> m(config);
+  // Every parameter is read below (a strict load), so nothing is drawn for it first (nn::SkipInit).
+  LlamaForCausalLM<T, D> m = [&] {
+    nn::SkipInit no_draws;
+    return LlamaForCausalLM<T, D>(config);
+  }();
   nn::LoadOptions opt;
   // A tied model's head is the embedding (transformers ignores a stored copy); older transformers
   // saved RoPE's inv_freq buffer, which the config determines.

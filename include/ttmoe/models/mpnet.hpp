@@ -77,7 +77,10 @@ struct MPNetModel {
     if (!config.is_mpnet())
       throw EncoderConfigError((dir / "config.json").string(), "model_type",
                                "'" + config.model_type + "' is not MPNet (use BertModel)");
-    MPNetModel m(config);
+    MPNetModel m = [&] {
+      nn::SkipInit no_draws;  // load_encoder_state reads every parameter (a strict load)
+      return MPNetModel(config);
+    }();
     detail::load_encoder_state(m, dir);
     return m;
   }
