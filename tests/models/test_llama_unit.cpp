@@ -258,7 +258,7 @@ TEST_CASE("kv cache attention: the blocked many-row path and the decode loop aga
   }
 }
 
-TEST_CASE("kv cache attention: the decode loop's 8-key scores follow the one-key dot's order bit for bit", "[llm][cache]") {
+TEST_CASE("kv cache attention: the decode loop's 8-key scores and P.V in registers keep the scalar order bit for bit", "[llm][cache]") {
 #if defined(TTMOE_DECODE_SCORES8)
   // cpu_backend::scores8 claims the sums of nn::detail::dot as the compiler builds it (8 partial
   // sums, lane u adding q[8s + u] k[8s + u] by a fused multiply-add in order of s, then
@@ -284,6 +284,22 @@ TEST_CASE("kv cache attention: the decode loop's 8-key scores follow the one-key
     }
     INFO("head_dim " << hd);
     CHECK(equal == 8);
+  }
+  // cpu_backend::weighted_rows (P.V in registers) against the scalar loop it replaces, spelled out
+  // with std::fma: every column's sum over the keys in key order, widths with and without a 64-column
+  // block and a remainder of 1-7 ymm.
+  for (index_t hd : {index_t(8), index_t(56), index_t(64), index_t(80), index_t(128), index_t(136)}) {
+    const index_t keys = 37;
+    std::vector<float> w(static_cast<std::size_t>(keys)), v(static_cast<std::size_t>(keys * hd));
+    for (auto& x : w) x = std::ldexp(std::abs(nd(rng)), ex(rng));
+    for (auto& x : v) x = std::ldexp(nd(rng), ex(rng));
+    std::vector<float> got(static_cast<std::size_t>(hd), 0.f), want(static_cast<std::size_t>(hd), 0.f);
+    cpu_backend::weighted_rows(w.data(), v.data(), keys, hd, got.data());
+    for (index_t j = 0; j < keys; ++j)
+      for (index_t e = 0; e < hd; ++e)
+        want[std::size_t(e)] = std::fma(w[std::size_t(j)], v[std::size_t(j * hd + e)], want[std::size_t(e)]);
+    INFO("P.V, head_dim " << hd);
+    CHECK(got == want);
   }
 #else
   std::printf("TTMOE_SKIPPED: this build has no AVX and FMA (the 8-key scores are not compiled)\n");

@@ -129,7 +129,15 @@ void kv_cache_attention(KVCache<T, D>& cache, index_t layer, const T* q, const T
         float sum = 0.f;
         for (auto& x : p) sum += (x = std::exp(x - mx));
         std::fill(acc.begin(), acc.end(), 0.f);
-        for (index_t j = 0; j < n; ++j) {
+        index_t done = 0;  // keys already in acc
+#if defined(TTMOE_DECODE_SCORES8)
+        if constexpr (std::is_same_v<T, float>)
+          if (hd % 8 == 0) {
+            cpu_backend::weighted_rows(p.data(), vh, n, hd, acc.data());  // the loop below, in registers
+            done = n;
+          }
+#endif
+        for (index_t j = done; j < n; ++j) {
           const float w = p[std::size_t(j)];
           const T* vj = vh + j * hd;
           // std::fma: the multiply-add the compiler forms at -O3 anyway, at every level (as detail::dot).
