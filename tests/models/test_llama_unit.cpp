@@ -259,7 +259,7 @@ TEST_CASE("kv cache attention: the blocked many-row path and the decode loop aga
 }
 
 TEST_CASE("kv cache attention: the decode loop's 8-key scores and P.V in registers keep the scalar order bit for bit", "[llm][cache]") {
-#if defined(TTMOE_DECODE_SCORES8)
+#if defined(TTMOE_DECODE_ATTENTION_AVX)
   // cpu_backend::scores8 claims the sums of nn::detail::dot as the compiler builds it (8 partial
   // sums, lane u adding q[8s + u] k[8s + u] by a fused multiply-add in order of s, then
   // ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))). The reference spells that order out with

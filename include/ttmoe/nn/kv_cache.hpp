@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ttmoe/backend/backend.hpp"
-#include "ttmoe/backend/cpu/decode_scores.hpp"
+#include "ttmoe/backend/cpu/decode_attention.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 #include "ttmoe/core/error.hpp"
 #include "ttmoe/core/tensor.hpp"
@@ -115,7 +115,7 @@ void kv_cache_attention(KVCache<T, D>& cache, index_t layer, const T* q, const T
         p.resize(std::size_t(n));
         float mx = -INFINITY;
         index_t first = 0;  // keys before this one have their scores
-#if defined(TTMOE_DECODE_SCORES8)
+#if defined(TTMOE_DECODE_ATTENTION_AVX)
         // 8 keys at a time, the same sums as detail::dot (cpu_backend::scores8).
         if constexpr (std::is_same_v<T, float>)
           if (hd % 8 == 0)
@@ -130,7 +130,7 @@ void kv_cache_attention(KVCache<T, D>& cache, index_t layer, const T* q, const T
         for (auto& x : p) sum += (x = std::exp(x - mx));
         std::fill(acc.begin(), acc.end(), 0.f);
         index_t done = 0;  // keys already in acc
-#if defined(TTMOE_DECODE_SCORES8)
+#if defined(TTMOE_DECODE_ATTENTION_AVX)
         if constexpr (std::is_same_v<T, float>)
           if (hd % 8 == 0) {
             cpu_backend::weighted_rows(p.data(), vh, n, hd, acc.data());  // the loop below, in registers

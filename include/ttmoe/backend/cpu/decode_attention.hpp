@@ -1,17 +1,17 @@
 #pragma once
-// Attention scores of one query against 8 cached keys at a time, for the decode loop of
-// nn::kv_cache_attention (issue #14, helper decode19). That loop computed each score q . k_j by
-// itself (nn::detail::dot: 8 partial sums, lane u adding the products of elements 8s + u in order of
-// s by fused multiply-adds, then ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))): one chain of
-// head_dim / 8 dependent FMAs and a horizontal tree per key, about 5% of a decode step at 512-672
-// positions. Here 8 keys are 8 independent chains (each key's partial sums the 8 lanes of a ymm, the
-// same FMAs in the same order), and the final tree of all 8 is three `vhaddps`-based steps: the same
-// additions in the same order, so the same bits as the one-key loop. And the loop's P.V in
-// registers (weighted_rows).
+// The two inner loops of nn::kv_cache_attention's decode loop (issue #14, helper decode19), with
+// the scalar loops' arithmetic exactly:
+//  * scores8: the scores of one query against 8 cached keys. The loop computed each q . k_j by itself
+//    (nn::detail::dot: 8 partial sums, lane u adding the products of elements 8s + u in order of s
+//    by fused multiply-adds, then ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))): one chain of
+//    head_dim / 8 dependent FMAs and a horizontal tree per key. Here 8 keys are 8 independent chains
+//    (each key's partial sums the 8 lanes of a ymm) and one `vhaddps`-based tree serves all 8.
+//  * weighted_rows: P.V with the sums in registers, where the loop stored and reloaded them per key.
+// At 600 positions the two took the attention from 4.8 to 3.5 ms per token (docs/design.md).
 // AVX with FMA (ymm) only; other builds never see it.
 
 #if defined(__AVX__) && defined(__FMA__)
-#define TTMOE_DECODE_SCORES8 1
+#define TTMOE_DECODE_ATTENTION_AVX 1
 
 #include <immintrin.h>
 
