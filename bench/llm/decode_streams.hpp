@@ -16,6 +16,8 @@
 //           physical pages, only the page-table entries' size differs from the model's mapping
 //           (single-file checkpoints only)
 // and prints each round's GB/s on stderr and the medians (and per-round ratios) as `compare_*` lines.
+// TTMOE_COMPARE_GEMV=r4,r1p8192,... adds a row per named shape of the `vdpbf16ps` GEMV kernel
+// (bf16dot::gemv_rows_by: rows per pass, prefetch distance; helper decode19), timed like ops.
 // The ops mode also times each kind of op on its own (compare_op_<kind>_gbs), to see whether the
 // small k/v products, the 8192-deep down projection or the 525 MB head stream slower.
 #pragma once
@@ -27,6 +29,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -235,12 +238,70 @@ int compare(const Model& model, const std::filesystem::path& dir, int rounds, in
   auto read_pass = [&] { read_over(op_items); };
   auto read_4k_pass = [&] { read_over(op_items_4k); };
 
+  // Kernel variants (TTMOE_COMPARE_GEMV=name,name,...; bench A/B only): bf16dot::gemv_rows_by over the
+  // ops' items, one job per op, x rounded once per pass: r<R> with R rows per pass and no prefetch
+  // (r4: bw17's kernel), r<R>p<B> with a prefetcht0 of every line B bytes ahead (r1p8192: gemv_rows
+  // since decode19); a `far` suffix makes the two threads start from the two halves of each op's
+  // items instead of taking adjacent items. Their order rotates from round to round.
+  struct Variant {
+    std::string name;
+    void (*rows)(const std::uint16_t*, const ttmoe::io::Bf16Matrix&, const float*, const float*, float*, index_t, index_t);
+    bool far;
+  };
+  std::vector<Variant> variants;
+#if defined(TTMOE_BF16DOT_GEMM)
+  {
+    namespace bd = cb::bf16dot;
+    const std::map<std::string, decltype(Variant::rows)> known = {
+        {"r1", &bd::gemv_rows_by<1>},          {"r2", &bd::gemv_rows_by<2>},          {"r4", &bd::gemv_rows_by<4>},
+        {"r8", &bd::gemv_rows_by<8>},          {"r1p2048", &bd::gemv_rows_by<1, 2048>}, {"r1p4096", &bd::gemv_rows_by<1, 4096>},
+        {"r1p8192", &bd::gemv_rows_by<1, 8192>}, {"r1p16384", &bd::gemv_rows_by<1, 16384>}, {"r2p8192", &bd::gemv_rows_by<2, 8192>},
+        {"r4p8192", &bd::gemv_rows_by<4, 8192>}};
+    const char* env = std::getenv("TTMOE_COMPARE_GEMV");
+    std::string list = env ? env : "";
+    for (std::size_t b = 0; b < list.size();) {
+      std::size_t e = list.find(',', b);
+      if (e == std::string::npos) e = list.size();
+      std::string name = list.substr(b, e - b);
+      const bool far = name.size() > 3 && name.ends_with("far");
+      const auto it = known.find(far ? name.substr(0, name.size() - 3) : name);
+      if (it == known.end()) {
+        std::fprintf(stderr, "TTMOE_COMPARE_GEMV: unknown variant '%s'\n", name.c_str());
+        return 2;
+      }
+      variants.push_back({name, it->second, far});
+      b = e + 1;
+    }
+  }
+#endif
+  auto variant_pass = [&](const Variant& v) {
+#if defined(TTMOE_BF16DOT_GEMM)
+    std::vector<std::uint16_t> xb(std::size_t((widest + cb::bf16dot::kGemvStep - 1) / cb::bf16dot::kGemvStep * cb::bf16dot::kGemvStep));
+    cb::bf16dot::round_row(x.data(), widest, xb.data());
+    for (const auto& items : op_items) {
+      const index_t n = index_t(items.size()), half = (n + 1) / 2;
+      cb::ThreadPool::instance().parallel_items(n, [&] {
+        return [&](index_t i) {
+          // far: counter values alternate between the first and the second half of the items.
+          const index_t k = v.far ? (i % 2 == 0 ? i / 2 : half + i / 2) : i;
+          const Item& it = items[std::size_t(k)];
+          v.rows(xb.data(), *it.w, nullptr, nullptr, ys[0].data(), it.o0, it.o1);
+        };
+      });
+    }
+#else
+    (void)v;
+#endif
+  };
+  std::vector<std::vector<double>> var_gbs(variants.size()), var_over_ops(variants.size());
+
   const double token_bytes = bytes;  // the decode streams these bytes per token (the bench's own count adds nothing)
   std::vector<double> dec, ops, lay, rd, tri, dec_over_ops, ops_over_read, lay_over_ops, dec_over_tri, ops_over_tri;
   std::vector<double> ops4, rd4, ops_over_4k, read_over_4k;
   const bool with_4k = !layers_4k.empty();
   ops_pass(), layer_pass(), read_pass();  // warm-up
   if (with_4k) ops_4k_pass(), read_4k_pass();
+  for (const auto& v : variants) variant_pass(v);
   kind_seconds.clear();
   auto timed = [&](auto&& f) {
     const auto t0 = Clock::now();
@@ -260,6 +321,11 @@ int compare(const Model& model, const std::filesystem::path& dir, int rounds, in
       ops_over_4k.push_back(ops.back() / ops4.back());
       read_over_4k.push_back(rd.back() / rd4.back());
     }
+    for (std::size_t j = 0; j < variants.size(); ++j) {  // the order rotates with the round
+      const std::size_t v = (j + std::size_t(r)) % variants.size();
+      var_gbs[v].push_back(timed([&] { variant_pass(variants[v]); }));
+      var_over_ops[v].push_back(var_gbs[v].back() / ops.back());
+    }
     tri.push_back(triad_rates(ttmoe::index_t(1) << 24, 4).mean);
     dec_over_ops.push_back(dec.back() / ops.back());
     ops_over_read.push_back(ops.back() / rd.back());
@@ -270,6 +336,8 @@ int compare(const Model& model, const std::filesystem::path& dir, int rounds, in
                  tri.back() / 1e9, rd.back() / 1e9, ops.back() / 1e9, lay.back() / 1e9, dec.back() / 1e9,
                  dec_over_ops.back());
     if (with_4k) std::fprintf(stderr, "; 4 KiB pages: read %.1f ops %.1f", rd4.back() / 1e9, ops4.back() / 1e9);
+    for (std::size_t v = 0; v < variants.size(); ++v)
+      std::fprintf(stderr, "; %s %.1f", variants[v].name.c_str(), var_gbs[v].back() / 1e9);
     std::fprintf(stderr, "\n");
   }
   std::printf("compare_weight_bytes: %.0f\n", token_bytes);
@@ -281,6 +349,9 @@ int compare(const Model& model, const std::filesystem::path& dir, int rounds, in
   if (with_4k)
     std::printf("compare_read_4k_gbs: %.2f\ncompare_ops_4k_gbs: %.2f\ncompare_read_over_4k: %.3f\ncompare_ops_over_4k: %.3f\n",
                 median(rd4) / 1e9, median(ops4) / 1e9, median(read_over_4k), median(ops_over_4k));
+  for (std::size_t v = 0; v < variants.size(); ++v)
+    std::printf("compare_gemv_%s_gbs: %.2f\ncompare_gemv_%s_over_ops: %.3f\n", variants[v].name.c_str(), median(var_gbs[v]) / 1e9,
+                variants[v].name.c_str(), median(var_over_ops[v]));
   for (const auto& [kind, s] : kind_seconds)
     std::printf("compare_op_%s_gbs: %.2f\n", kind.c_str(), kind_bytes[kind] * rounds * tokens_per_round / s / 1e9);
   std::printf("compare_sink: %llu\n", (unsigned long long)(sink.load() & 1));

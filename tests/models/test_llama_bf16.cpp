@@ -243,7 +243,7 @@ TEST_CASE("AVX512-BF16 vdpbf16ps GEMM and GEMV: rounded x times BF16 W against a
       for (index_t out : {index_t(1), index_t(15), index_t(16), nr, index_t(64), 2 * cpu_backend::packed::kColumnUnit + 5})
         check_bf16_linear(cpu_backend::bf16dot::linear, rows, in, out, true);
   // The batch-1 GEMV: depths below, at and past one 32-value step (a masked tail), output counts
-  // around its 4-row passes.
+  // around 4-row passes.
   auto gemv = [](const float* x, index_t rows, const io::Bf16Matrix& w, const float* bias, const float* residual,
                  float* y) {
     REQUIRE(rows == 1);
@@ -255,6 +255,28 @@ TEST_CASE("AVX512-BF16 vdpbf16ps GEMM and GEMV: rounded x times BF16 W against a
         cpu_backend::set_num_threads(nt);
         check_bf16_linear(gemv, 1, in, out, true);
       }
+  // Every pass shape sums each row in the same order (two chains, even and odd steps), so 1, 2, 4
+  // and 8 rows per pass, with or without a prefetch, give gemv_rows' bits, over a range that starts
+  // and ends off a pass and a depth with a masked tail.
+  {
+    namespace bd = cpu_backend::bf16dot;
+    const index_t n_out = 43, depth = 1601;
+    const auto wv = random_values(n_out * depth, 51), xv = random_values(depth, 52), bv = random_values(n_out, 53);
+    const io::Bf16Matrix Wg = io::Bf16Matrix::from_floats(wv.data(), n_out, depth);
+    std::vector<std::uint16_t> xb(std::size_t((depth + bd::kGemvStep - 1) / bd::kGemvStep * bd::kGemvStep));
+    bd::round_row(xv.data(), depth, xb.data());
+    std::vector<float> want(n_out, -1.f);
+    bd::gemv_rows(xb.data(), Wg, bv.data(), nullptr, want.data(), 3, 42);
+    using Rows = void (*)(const std::uint16_t*, const io::Bf16Matrix&, const float*, const float*, float*, index_t, index_t);
+    for (Rows f : {Rows(&bd::gemv_rows_by<1>), Rows(&bd::gemv_rows_by<2>), Rows(&bd::gemv_rows_by<4>), Rows(&bd::gemv_rows_by<8>),
+                   Rows(&bd::gemv_rows_by<4, 1024>)}) {
+      std::vector<float> got(n_out, -1.f);
+      f(xb.data(), Wg, bv.data(), nullptr, got.data(), 3, 42);
+      CHECK(got == want);
+    }
+    CHECK(want[2] == -1.f);  // rows outside [3, 42) untouched
+    CHECK(want[42] == -1.f);
+  }
   // 90 rows at depth 100000 pass kColumnSplitMaxA words of packed x (50000 pairs: 80 rows per
   // block) and go in two row blocks (bias and residual move with them).
   const index_t deep = 100000, rows = 90, out = 5;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -255,6 +256,54 @@ TEST_CASE("kv cache attention: the blocked many-row path and the decode loop aga
     CHECK(cache.k.data()[(1 * KV + 1) * Tm * hd + 3 * hd + 2] == k[std::size_t(((1 * KV + 1) * t + 3) * hd + 2)]);
     CHECK(cache.v.data()[(0 * KV + 1) * Tm * hd + 7 * hd + 4] == v[std::size_t(((0 * t + 2) * KV + 1) * hd + 4)]);
   }
+}
+
+TEST_CASE("kv cache attention: the decode loop's 8-key scores and P.V in registers keep the scalar order bit for bit", "[llm][cache]") {
+#if defined(TTMOE_DECODE_ATTENTION_AVX)
+  // cpu_backend::scores8 claims the sums of nn::detail::dot as the compiler builds it (8 partial
+  // sums, lane u adding q[8s + u] k[8s + u] by a fused multiply-add in order of s, then
+  // ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))). The reference spells that order out with
+  // std::fma; values spread over many magnitudes, so any other order, or a product rounded before
+  // its add, rounds differently.
+  std::mt19937 rng{7};
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_int_distribution<int> ex(-12, 12);
+  for (index_t hd : {index_t(8), index_t(16), index_t(64), index_t(80), index_t(128)}) {
+    std::vector<float> q(static_cast<std::size_t>(hd)), k(static_cast<std::size_t>(8 * hd));
+    for (auto& x : q) x = std::ldexp(nd(rng), ex(rng));
+    for (auto& x : k) x = std::ldexp(nd(rng), ex(rng));
+    float got[8];
+    cpu_backend::scores8(q.data(), k.data(), hd, got);
+    int equal = 0;
+    for (index_t j = 0; j < 8; ++j) {
+      float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (index_t e = 0; e < hd; e += 8)
+        for (index_t u = 0; u < 8; ++u) a[u] = std::fma(q[std::size_t(e + u)], k[std::size_t(j * hd + e + u)], a[u]);
+      const float want = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+      equal += got[j] == want ? 1 : 0;
+    }
+    INFO("head_dim " << hd);
+    CHECK(equal == 8);
+  }
+  // cpu_backend::weighted_rows (P.V in registers) against the scalar loop it replaces, spelled out
+  // with std::fma: every column's sum over the keys in key order, widths with and without a 64-column
+  // block and a remainder of 1-7 ymm.
+  for (index_t hd : {index_t(8), index_t(56), index_t(64), index_t(80), index_t(128), index_t(136)}) {
+    const index_t keys = 37;
+    std::vector<float> w(static_cast<std::size_t>(keys)), v(static_cast<std::size_t>(keys * hd));
+    for (auto& x : w) x = std::ldexp(std::abs(nd(rng)), ex(rng));
+    for (auto& x : v) x = std::ldexp(nd(rng), ex(rng));
+    std::vector<float> got(static_cast<std::size_t>(hd), 0.f), want(static_cast<std::size_t>(hd), 0.f);
+    cpu_backend::weighted_rows(w.data(), v.data(), keys, hd, got.data());
+    for (index_t j = 0; j < keys; ++j)
+      for (index_t e = 0; e < hd; ++e)
+        want[std::size_t(e)] = std::fma(w[std::size_t(j)], v[std::size_t(j * hd + e)], want[std::size_t(e)]);
+    INFO("P.V, head_dim " << hd);
+    CHECK(got == want);
+  }
+#else
+  std::printf("TTMOE_SKIPPED: this build has no AVX and FMA (the 8-key scores are not compiled)\n");
+#endif
 }
 
 TEST_CASE("llama kv cache: a long prompt, then a long continuation, equal the full forward", "[llm][cache]") {

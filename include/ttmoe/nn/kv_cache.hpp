@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ttmoe/backend/backend.hpp"
+#include "ttmoe/backend/cpu/decode_attention.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 #include "ttmoe/core/error.hpp"
 #include "ttmoe/core/tensor.hpp"
@@ -54,14 +55,17 @@ inline constexpr index_t kCachedAttentionMinRows = 16;
 
 namespace detail {
 /// q . k in float with 8 independent partial sums (the compiler vectorises them; one running sum
-/// would serialise on the add latency).
+/// would serialise on the add latency). Fused multiply-adds spelled out (std::fma), so the sums are
+/// the same at every optimisation level (at -O3 the compiler fused `acc += a * b` by itself, at -O1
+/// and -O2 it did not) and the same as cpu_backend::scores8's, which the decode loop runs on 8 keys
+/// at a time.
 template <class T>
 inline float dot(const T* a, const T* b, index_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   index_t e = 0;
   for (; e + 8 <= n; e += 8)
-    for (index_t u = 0; u < 8; ++u) acc[u] += float(a[e + u]) * float(b[e + u]);
-  for (; e < n; ++e) acc[0] += float(a[e]) * float(b[e]);
+    for (index_t u = 0; u < 8; ++u) acc[u] = std::fma(float(a[e + u]), float(b[e + u]), acc[u]);
+  for (; e < n; ++e) acc[0] = std::fma(float(a[e]), float(b[e]), acc[0]);
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 }  // namespace detail
@@ -110,17 +114,34 @@ void kv_cache_attention(KVCache<T, D>& cache, index_t layer, const T* q, const T
         const index_t n = cache.lengths[std::size_t(b)] + i + 1;  // causal: keys up to this position
         p.resize(std::size_t(n));
         float mx = -INFINITY;
-        for (index_t j = 0; j < n; ++j) {
+        index_t first = 0;  // keys before this one have their scores
+#if defined(TTMOE_DECODE_ATTENTION_AVX)
+        // 8 keys at a time, the same sums as detail::dot (cpu_backend::scores8).
+        if constexpr (std::is_same_v<T, float>)
+          if (hd % 8 == 0)
+            for (; first + 8 <= n; first += 8) cpu_backend::scores8(qi, kh + first * hd, hd, p.data() + first);
+        for (index_t j = 0; j < first; ++j) mx = std::max(mx, p[std::size_t(j)] *= float(scale));
+#endif
+        for (index_t j = first; j < n; ++j) {
           p[std::size_t(j)] = detail::dot(qi, kh + j * hd, hd) * float(scale);
           mx = std::max(mx, p[std::size_t(j)]);
         }
         float sum = 0.f;
         for (auto& x : p) sum += (x = std::exp(x - mx));
         std::fill(acc.begin(), acc.end(), 0.f);
-        for (index_t j = 0; j < n; ++j) {
+        index_t done = 0;  // keys already in acc
+#if defined(TTMOE_DECODE_ATTENTION_AVX)
+        if constexpr (std::is_same_v<T, float>)
+          if (hd % 8 == 0) {
+            cpu_backend::weighted_rows(p.data(), vh, n, hd, acc.data());  // the loop below, in registers
+            done = n;
+          }
+#endif
+        for (index_t j = done; j < n; ++j) {
           const float w = p[std::size_t(j)];
           const T* vj = vh + j * hd;
-          for (index_t e = 0; e < hd; ++e) acc[std::size_t(e)] += w * float(vj[e]);
+          // std::fma: the multiply-add the compiler forms at -O3 anyway, at every level (as detail::dot).
+          for (index_t e = 0; e < hd; ++e) acc[std::size_t(e)] = std::fma(w, float(vj[e]), acc[std::size_t(e)]);
         }
         T* o = out + (b * t + i) * H * hd + h * hd;
         for (index_t e = 0; e < hd; ++e) o[e] = static_cast<T>(acc[std::size_t(e)] / sum);

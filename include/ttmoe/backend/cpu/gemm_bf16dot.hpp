@@ -291,13 +291,14 @@ inline void round_row(const float* x, index_t K, std::uint16_t* xb) {
 
 /// Output rows [o0, o1) of the batch-1 product y[o] = xb . w[o] (+ bias[o]) (+ residual[o]), xb from
 /// round_row: `vdpbf16ps` on W's rows as they lie in memory (32 values per instruction, a masked
-/// load for the tail), 4 weight rows per pass so 4 streams are in flight (the dot-product kernel's
-/// reason). No software prefetch: the hardware prefetchers keep these 4 streams at the rate of a
-/// plain read of the same bytes, and prefetching the next pass's rows as well (decode14's change)
-/// measured 0.85-0.9x of that on a quiet machine (docs/design.md, #14 decode, helper bw17).
+/// load for the tail), R weight rows per pass (R streams in flight). Each row's sum is two chains
+/// (even and odd steps) added at the end, whatever R is, so R changes no bit. PF > 0: a `prefetcht0`
+/// of every line PF bytes ahead of each row's loads. gemv_rows picks R and PF; the other shapes are
+/// here for bench_llm_decode's A/B (TTMOE_COMPARE_GEMV).
 /// Serial: the callers split the rows over threads.
-inline void gemv_rows(const std::uint16_t* xb, const io::Bf16Matrix& w, const float* bias, const float* residual,
-                      float* y, index_t o0, index_t o1) {
+template <index_t R, index_t PF = 0>
+inline void gemv_rows_by(const std::uint16_t* xb, const io::Bf16Matrix& w, const float* bias, const float* residual,
+                         float* y, index_t o0, index_t o1) {
   const index_t K = w.cols, steps = (K + kGemvStep - 1) / kGemvStep;
   const __mmask32 tail = K % 32 == 0 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (K % 32)) - 1u);
   auto finish = [&](index_t o, __m512 acc) {
@@ -306,7 +307,6 @@ inline void gemv_rows(const std::uint16_t* xb, const io::Bf16Matrix& w, const fl
     if (residual) v += residual[o];
     y[o] = v;
   };
-  constexpr index_t R = 4;
   index_t o = o0;
   auto rows_pass = [&]<index_t NW>(std::integral_constant<index_t, NW>) {
     // Two accumulators per row (even and odd steps): independent chains hide vdpbf16ps' latency.
@@ -314,8 +314,10 @@ inline void gemv_rows(const std::uint16_t* xb, const io::Bf16Matrix& w, const fl
     for (index_t j = 0; j < NW; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
     auto step = [&](index_t s, int slot, __mmask32 m) {
       const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + 32 * s));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (index_t j = 0; j < NW; ++j) {
+        if constexpr (PF > 0)
+          _mm_prefetch(reinterpret_cast<const char*>(w.bits + (o + j) * K + 32 * s) + PF, _MM_HINT_T0);
         acc[j][slot] = _mm512_dpbf16_ps(
             acc[j][slot], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(m, w.bits + (o + j) * K + 32 * s)), xv);
       }
@@ -330,6 +332,21 @@ inline void gemv_rows(const std::uint16_t* xb, const io::Bf16Matrix& w, const fl
   };
   while (o + R <= o1) rows_pass(std::integral_constant<index_t, R>{});
   while (o < o1) rows_pass(std::integral_constant<index_t, 1>{});
+}
+
+/// Bytes ahead of its loads at which gemv_rows prefetches its one stream (`prefetcht0`, every line).
+/// 8 KiB: two 4 KiB rows of a 2048-wide matrix, half a row of an 8192-wide one.
+inline constexpr index_t kGemvPrefetchBytes = 8192;
+
+/// gemv_rows_by with ONE row per pass and a `prefetcht0` kGemvPrefetchBytes ahead: the rows of an
+/// item lie back to back, so each thread reads one sequential stream and tells the memory where it
+/// goes before the hardware prefetchers would. Against 4 rows per pass without a prefetch (4 streams
+/// 4-16 KiB apart, bw17's kernel) it streams 1.1-1.2x as fast over the model's own weights in 2 MiB
+/// pages, and faster than a plain read of the same bytes (bench_llm_decode --compare with
+/// TTMOE_COMPARE_GEMV; docs/design.md, #14 decode, helper decode19). Same sums in the same order.
+inline void gemv_rows(const std::uint16_t* xb, const io::Bf16Matrix& w, const float* bias, const float* residual,
+                      float* y, index_t o0, index_t o1) {
+  gemv_rows_by<1, kGemvPrefetchBytes>(xb, w, bias, residual, y, o0, o1);
 }
 
 /// Batch 1 (decode): y[o] = round_bf16(x) . w[o] (+ bias[o]) (+ residual[o]) for one activation row,
