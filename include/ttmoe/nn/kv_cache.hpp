@@ -54,18 +54,29 @@ struct KVCache {
 inline constexpr index_t kCachedAttentionMinRows = 16;
 
 namespace detail {
+/// a * b + c, fused where the target has a fused multiply-add instruction: there GCC fuses
+/// `c += a * b` by itself at -O3 but not at -O1 / -O2, so spelling it out gives the same sums at every
+/// level. Elsewhere the plain product and sum (the only form such a target computes at any level):
+/// std::fma without the instruction is a call into the maths library per element, which would also
+/// stop the loops below from vectorising.
+inline float mul_add(float a, float b, float c) {
+#if defined(__FMA__) || defined(FP_FAST_FMAF) || defined(__aarch64__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 /// q . k in float with 8 independent partial sums (the compiler vectorises them; one running sum
-/// would serialise on the add latency). Fused multiply-adds spelled out (std::fma), so the sums are
-/// the same at every optimisation level (at -O3 the compiler fused `acc += a * b` by itself, at -O1
-/// and -O2 it did not) and the same as cpu_backend::scores8's, which the decode loop runs on 8 keys
-/// at a time.
+/// would serialise on the add latency), each a chain of mul_add: where the target fuses, the same
+/// sums as cpu_backend::scores8's, which the decode loop runs on 8 keys at a time.
 template <class T>
 inline float dot(const T* a, const T* b, index_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   index_t e = 0;
   for (; e + 8 <= n; e += 8)
-    for (index_t u = 0; u < 8; ++u) acc[u] = std::fma(float(a[e + u]), float(b[e + u]), acc[u]);
-  for (; e < n; ++e) acc[0] = std::fma(float(a[e]), float(b[e]), acc[0]);
+    for (index_t u = 0; u < 8; ++u) acc[u] = mul_add(float(a[e + u]), float(b[e + u]), acc[u]);
+  for (; e < n; ++e) acc[0] = mul_add(float(a[e]), float(b[e]), acc[0]);
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 }  // namespace detail
@@ -140,8 +151,8 @@ void kv_cache_attention(KVCache<T, D>& cache, index_t layer, const T* q, const T
         for (index_t j = done; j < n; ++j) {
           const float w = p[std::size_t(j)];
           const T* vj = vh + j * hd;
-          // std::fma: the multiply-add the compiler forms at -O3 anyway, at every level (as detail::dot).
-          for (index_t e = 0; e < hd; ++e) acc[std::size_t(e)] = std::fma(w, float(vj[e]), acc[std::size_t(e)]);
+          // detail::mul_add: the multiply-add the compiler forms at -O3 anyway, at every level.
+          for (index_t e = 0; e < hd; ++e) acc[std::size_t(e)] = detail::mul_add(w, float(vj[e]), acc[std::size_t(e)]);
         }
         T* o = out + (b * t + i) * H * hd + h * hd;
         for (index_t e = 0; e < hd; ++e) o[e] = static_cast<T>(acc[std::size_t(e)] / sum);
