@@ -18,4 +18,5 @@
 #include "ttmoe/ops/linear.hpp"
 #include "ttmoe/ops/matmul.hpp"
 #include "ttmoe/ops/mlp.hpp"
+#include "ttmoe/ops/parallel_tasks.hpp"
 #include "ttmoe/ops/reduce.hpp"

@@ -451,3 +451,69 @@ TEST_CASE("a two-layer MLP learns two interleaved spirals with plain SGD", "[cor
   CHECK(accuracy > 0.95);
   CHECK(seconds < kTrainingSecondsBound);
 }
+
+TEST_CASE("run_recorded_tasks: side-by-side tasks give the values and gradients of running them in order",
+          "[core][autograd][threads]") {
+  // Three independent pieces (a GEMM, a fused activation, a reduction), each on its own leaves, as an
+  // MoE layer's experts are. Reference: the same pieces one after another on the caller's tape.
+  const std::size_t threads_before = cpu_backend::num_threads();
+  for (std::size_t threads : {std::size_t(1), std::size_t(2), std::size_t(3)}) {
+    cpu_backend::set_num_threads(threads);
+    INFO("threads " << threads);
+    std::vector<Tensor<float, DynShape<2>>> x, w;
+    for (int i = 0; i < 3; ++i) {
+      x.push_back(make_random<float, 2>({index_t(40 + 10 * i), 24}, -1, 1, std::uint64_t(10 + i)));
+      w.push_back(make_random<float, 2>({24, 16}, -1, 1, std::uint64_t(20 + i)));
+      x.back().set_requires_grad();
+      w.back().set_requires_grad();
+    }
+    auto piece = [&](int i) { return Tensor<float, DynShape<2>>(gelu(matmul(x[i], w[i])) * 0.5f); };
+    auto run = [&](bool side_by_side) {
+      for (int i = 0; i < 3; ++i) x[i].zero_grad(), w[i].zero_grad();
+      autograd::Tape tape;
+      std::vector<Tensor<float, DynShape<2>>> y(3);
+      if (side_by_side) {
+        run_recorded_tasks<cpu>(3, [&](index_t i) { y[std::size_t(i)] = piece(int(i)); });
+        REQUIRE(tape.node_names() == std::vector<std::string>{"parallel_tasks"});
+      } else {
+        for (int i = 0; i < 3; ++i) y[std::size_t(i)] = piece(i);
+      }
+      Tensor<float, Shape<>> loss = sum_all(y[0]) + sum_all(square(y[1])) + sum_all(y[2] * y[2] * y[2]);
+      autograd::backward(tape, loss);
+      std::vector<std::vector<float>> out;
+      for (int i = 0; i < 3; ++i) {
+        out.push_back(y[std::size_t(i)].to_vector());
+        out.push_back(x[i].grad().to_vector());
+        out.push_back(w[i].grad().to_vector());
+      }
+      return out;
+    };
+    const auto in_order = run(false), side = run(true);
+    REQUIRE(side.size() == in_order.size());
+    for (std::size_t k = 0; k < side.size(); ++k) {
+      REQUIRE(side[k].size() == in_order[k].size());
+      for (std::size_t j = 0; j < side[k].size(); ++j) REQUIRE(side[k][j] == in_order[k][j]);  // bit for bit
+    }
+  }
+  cpu_backend::set_num_threads(threads_before);
+}
+
+TEST_CASE("run_recorded_tasks: nothing recorded without a tape and a task exception reaches the caller",
+          "[core][autograd][errors]") {
+  auto x = make_random<float, 2>({8, 8}, -1, 1, 3);
+  x.set_requires_grad();
+  std::vector<Tensor<float, DynShape<2>>> y(4);
+  run_recorded_tasks<cpu>(4, [&](index_t i) { y[std::size_t(i)] = eval(x * float(i)); });
+  for (index_t i = 0; i < 4; ++i) CHECK(y[std::size_t(i)].to_vector()[9] == Approx(x.to_vector()[9] * float(i)));
+  autograd::Tape tape;
+  CHECK_THROWS_WITH(run_recorded_tasks<cpu>(4,
+                                            [&](index_t i) {
+                                              y[std::size_t(i)] = eval(x * 2.0f);
+                                              if (i == 2) throw ValueError("task 2 failed");
+                                            }),
+                    Catch::Contains("task 2 failed"));
+  CHECK(tape.size() == 0);  // the failed call pushed no node
+  CHECK(autograd::is_recording());  // and the caller's tape is still the recorder
+  auto z = eval(x * 3.0f);
+  CHECK(tape.size() == 1);
+}

@@ -261,3 +261,33 @@ GRADCHECK_CASE("composite two-layer network") {
         return -mean_all(gather<1>(lp, labels)) + sum_all(x * x) * 0.1 + sum<1>(hdn) * 0.5;
       });
 }
+
+// ---- ops recorded as side-by-side tasks ------------------------------------------------------------
+GRADCHECK_CASE("parallel_tasks") {
+  // run_recorded_tasks (ops/parallel_tasks.hpp): each task records onto its own tape and ONE node
+  // replays them; every task here owns its leaves (the contract), and the caller's ops use the outputs.
+  return Case()
+      .variant("two tasks: x0 W0, tanh(x1 W1)",
+               [](Rng& r) {
+                 const index_t k = r.ext(1, 5);
+                 return Shapes{{r.ext(1, 5), k}, {k, r.ext(1, 4)}, {r.ext(1, 5), k}, {k, r.ext(1, 4)}};
+               },
+               [](const Inputs& in) -> Output {
+                 std::vector<Tensor<double, DynShape<2>>> y(2);
+                 run_recorded_tasks<cpu>(2, [&](index_t i) {
+                   const auto a = matmul(in.get<2>(2 * std::size_t(i)), in.get<2>(2 * std::size_t(i) + 1));
+                   y[std::size_t(i)] = i == 0 ? a : Tensor<double, DynShape<2>>(tanh(a));
+                 });
+                 // Both outputs in one: [M0 + M1] rows of summed columns (a caller op after the tasks).
+                 return concat<0>(std::vector<Tensor<double, DynShape<1>>>{sum<1>(y[0]), sum<1>(y[1])});
+               })
+      .variant("three tasks whose outputs the caller multiplies",
+               [](Rng& r) { const index_t m = r.ext(1, 5), n = r.ext(1, 5); return Shapes{{m, n}, {m, n}, {m, n}}; },
+               [](const Inputs& in) -> Output {
+                 std::vector<Tensor<double, DynShape<2>>> y(3);
+                 run_recorded_tasks<cpu>(3, [&](index_t i) {
+                   y[std::size_t(i)] = Tensor<double, DynShape<2>>(exp(in.get<2>(std::size_t(i)) * 0.5));
+                 });
+                 return Tensor<double, DynShape<2>>(y[0] * y[1] + y[2]);
+               });
+}

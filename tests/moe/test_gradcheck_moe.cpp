@@ -14,12 +14,15 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "gradcheck_coverage.hpp"
 #include "gradcheck.hpp"
 #include "ttmoe/moe/aux_losses.hpp"
 #include "ttmoe/moe/cosine_router.hpp"
+#include "ttmoe/moe/gated_combine.hpp"
 #include "ttmoe/moe/lora.hpp"
 #include "ttmoe/moe/lora_merge.hpp"
 #include "ttmoe/moe/moe_layernorm.hpp"
@@ -320,6 +323,38 @@ GRADCHECK_CASE("normalized_rows_matmul") {
                });
 }
 
+GRADCHECK_CASE("gated_combine") {
+  // An MoE combine read from the experts' separate outputs: input 0 the gates [N, k], then the parts;
+  // picks in a fixed shuffled order reading every part row once, the rest dropped.
+  auto combine = [](index_t k) {
+    return [k](const Inputs& in) -> Output {
+      const index_t N = in.get<2>(0).extent(0);
+      std::vector<Tensor<double, DynShape<2>>> parts;
+      std::vector<std::int64_t> part, row;
+      for (std::size_t p = 1; p < in.size(); ++p) {
+        parts.push_back(in.get<2>(p));
+        for (index_t r = 0; r < parts.back().extent(0); ++r) part.push_back(std::int64_t(p - 1)), row.push_back(r);
+      }
+      while (index_t(part.size()) < N * k) part.push_back(-1), row.push_back(0);
+      std::vector<std::size_t> perm(part.size());
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), std::mt19937_64(std::uint64_t(N * 131 + k)));
+      std::vector<std::int64_t> part_q, row_q;
+      for (const auto q : perm) part_q.push_back(part[q]), row_q.push_back(row[q]);
+      return moe::gated_combine(parts, part_q, row_q, in.get<2>(0));
+    };
+  };
+  auto shapes = [](index_t k) {
+    return [k](Rng& r) {
+      const index_t N = r.ext(4, 7), D = r.ext(1, 5);
+      const index_t picks = N * k - r.ext(0, 1);  // kept picks (both parts non-empty); the others are dropped
+      const index_t a = picks / 2;
+      return Shapes{{N, k}, {a, D}, {picks - a, D}};
+    };
+  };
+  return Case().variant("top-1", shapes(1), combine(1)).variant("top-2", shapes(2), combine(2));
+}
+
 GRADCHECK_CASE("l2_normalize") {
   return Case()
       .variant("rows (Axis 1)", [](Rng& r) { return Shapes{{r.ext(1, 5), r.ext(1, 6)}}; },
@@ -577,8 +612,10 @@ Shapes shapes(Rng& r) {
 /// The layer over the inputs (shares their leaves, so gradients reach the harness). Capacity factor 1:
 /// C = k * ceil(N / E), so unbalanced draws drop picks.
 template <class R>
-moe::MoEFFN<double, cpu, R> build(const Inputs& in, index_t k, bool renormalize) {
+moe::MoEFFN<double, cpu, R> build(const Inputs& in, index_t k, bool renormalize,
+                                  moe::ExpertThreads threads = moe::ExpertThreads::automatic) {
   moe::MoEFFN<double, cpu, R> m;
+  m.expert_threads = threads;
   std::size_t i = 2;
   if constexpr (std::is_same_v<R, Cosine>) {
     m.router.proj.weight = in.get<2>(i++);
@@ -658,8 +695,9 @@ inline int& draws_with_drops() {
 /// [y, l_aux] of the layer; the recorded call stores the routing (picks + kept flags), the
 /// finite-difference calls must reproduce it.
 template <class R>
-Output forward(const Inputs& in, index_t k, bool renormalize, const std::shared_ptr<std::vector<std::int64_t>>& seen) {
-  auto m = build<R>(in, k, renormalize);
+Output forward(const Inputs& in, index_t k, bool renormalize, moe::ExpertThreads threads,
+               const std::shared_ptr<std::vector<std::int64_t>>& seen) {
+  auto m = build<R>(in, k, renormalize, threads);
   auto y = m.forward(in.get<3>(0), in.get<2>(1));
   auto aux = m.aux_losses();
   std::vector<std::int64_t> routing = m.routing.top_index;
@@ -673,16 +711,19 @@ Output forward(const Inputs& in, index_t k, bool renormalize, const std::shared_
   return flat_cat(y, aux.l_aux);
 }
 
-/// One variant per (k, renormalise) pair.
+/// One variant per (k, renormalise) pair with the experts one by one, and each again with the experts
+/// as side-by-side tasks (ops/parallel_tasks.hpp: their ops replayed from the tasks' own tapes).
 template <class R>
 Case make_case(std::vector<std::pair<index_t, bool>> variants) {
   Case c;
   c.constant_input(1).kink(routing_kink<R>).repeat(3);
-  for (auto [k, renorm] : variants) {
-    auto seen = std::make_shared<std::vector<std::int64_t>>();
-    c.variant("top-" + std::to_string(k) + (renorm ? " renormalised" : ""), shapes<R>,
-              [k, renorm, seen](const Inputs& in) { return forward<R>(in, k, renorm, seen); });
-  }
+  for (auto [k, renorm] : variants)
+    for (const auto threads : {moe::ExpertThreads::one_by_one, moe::ExpertThreads::side_by_side}) {
+      auto seen = std::make_shared<std::vector<std::int64_t>>();
+      c.variant("top-" + std::to_string(k) + (renorm ? " renormalised" : "") +
+                    (threads == moe::ExpertThreads::side_by_side ? ", experts side by side" : ""),
+                shapes<R>, [k, renorm, threads, seen](const Inputs& in) { return forward<R>(in, k, renorm, threads, seen); });
+    }
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
@@ -15,6 +16,8 @@
 #include "parity.hpp"
 #include "ttmoe/moe/capacity.hpp"
 #include "ttmoe/moe/cosine_router.hpp"
+#include "ttmoe/moe/expert_schedule.hpp"
+#include "ttmoe/moe/gated_combine.hpp"
 #include "ttmoe/moe/lora.hpp"
 #include "ttmoe/moe/moe_ffn.hpp"
 #include "ttmoe/moe/moe_layernorm.hpp"
@@ -401,4 +404,145 @@ TEST_CASE("moe_ffn configuration errors name the problem", "[moe]") {
     m.forward(x);
     require_error<ValueError>([&] { m.aux_losses(); }, "noise std > 0");
   }
+}
+
+TEST_CASE("schedule_experts: side by side only where the experts spread evenly over the threads", "[moe]") {
+  // Six near-equal experts on 2 threads (GMoE-S/16's layer): 1139 + 1041 + 974 against 1104 + 1060 + 986.
+  auto s = moe::schedule_experts({1104, 1139, 1060, 1041, 974, 986}, 2);
+  CHECK(s.side_by_side);
+  CHECK(s.longest_first == std::vector<index_t>{1, 0, 2, 3, 5, 4});
+  // One expert holding half the tokens on 3 threads: 500 > 1.05 * 1000 / 3.
+  s = moe::schedule_experts({500, 100, 100, 100, 100, 100}, 3);
+  CHECK_FALSE(s.side_by_side);
+  CHECK(s.longest_first.front() == 0);
+  // Fewer experts with tokens than threads, one thread, one expert: one by one.
+  CHECK_FALSE(moe::schedule_experts({100, 100, 100}, 4).side_by_side);
+  CHECK_FALSE(moe::schedule_experts({100, 100, 100, 100}, 1).side_by_side);
+  s = moe::schedule_experts({0, 300, 0}, 2);
+  CHECK_FALSE(s.side_by_side);
+  CHECK(s.longest_first == std::vector<index_t>{1});  // experts without tokens are left out
+  // The imbalance bound: 3 x 100 + 1 x 130 on 2 threads finishes at 230 against an even 215 (1.07).
+  CHECK_FALSE(moe::schedule_experts({100, 100, 100, 130}, 2).side_by_side);
+  CHECK(moe::schedule_experts({100, 100, 100, 130}, 2, 1.1).side_by_side);
+}
+
+TEST_CASE("gated_combine equals stacking the parts and reading the picks times the gates", "[moe]") {
+  // Values and both gradients against the composition, k = 1 and k = 2 with dropped picks; the picks
+  // read every row of every part once, in a shuffled order.
+  std::mt19937_64 rng(31);
+  for (const index_t k : {index_t(1), index_t(2)}) {
+    INFO("k = " << k);
+    const index_t N = 11, D = 5;
+    const std::vector<index_t> rows = {4, 3, N * k - 4 - 3 - 3};  // 3 picks are dropped
+    std::vector<std::int64_t> part, row;
+    for (std::size_t p = 0; p < rows.size(); ++p)
+      for (index_t r = 0; r < rows[p]; ++r) part.push_back(std::int64_t(p)), row.push_back(r);
+    for (int d = 0; d < 3; ++d) part.push_back(-1), row.push_back(0);
+    std::vector<std::size_t> perm(part.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<std::int64_t> part_q(perm.size()), row_q(perm.size());
+    for (std::size_t q = 0; q < perm.size(); ++q) part_q[q] = part[perm[q]], row_q[q] = row[perm[q]];
+    std::vector<Tensor<double, DynShape<2>>> parts;
+    for (const index_t r : rows) {
+      parts.push_back(randn<2>(rng, {r, D}));
+      parts.back().set_requires_grad();
+    }
+    auto gates = randn<2>(rng, {N, k});
+    gates.set_requires_grad();
+    const auto up = randn<2>(rng, {N, D});
+    auto run = [&](bool fused) {
+      for (auto& p : parts) p.zero_grad();
+      gates.zero_grad();
+      autograd::Tape tape;
+      Tensor<double, DynShape<2>> y;
+      if (fused) {
+        y = moe::gated_combine(parts, part_q, row_q, gates);
+      } else {  // the composition, written out here
+        std::vector<Tensor<double, DynShape<2>>> stack = parts;
+        stack.push_back(Tensor<double, DynShape<2>>::zeros(DynShape<2>(1, D)));
+        std::vector<std::int64_t> offset = {0}, src;
+        for (const index_t r : rows) offset.push_back(offset.back() + std::int64_t(r));
+        for (std::size_t q = 0; q < part_q.size(); ++q)
+          src.push_back(part_q[q] < 0 ? offset[3] : offset[std::size_t(part_q[q])] + row_q[q]);
+        auto picked = index_select(concat<0>(stack), IndexTensor<DynShape<1>>::from_host(DynShape<1>(N * k), src));
+        y = sum<1>(picked.reshape(DynShape<3>(N, k, D)) * gates.reshape(DynShape<3>(N, k, 1)));
+      }
+      Tensor<double, Shape<>> loss = sum_all(y * up);
+      autograd::backward(tape, loss);
+      std::vector<std::vector<double>> out = {y.to_vector(), gates.grad().to_vector()};
+      for (auto& p : parts) out.push_back(p.grad().to_vector());
+      return out;
+    };
+    const auto want = run(false), got = run(true);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      for (std::size_t j = 0; j < want[i].size(); ++j) REQUIRE(got[i][j] == Approx(want[i][j]).margin(1e-12));
+  }
+}
+
+TEST_CASE("gated_combine names the pick or part that breaks its contract", "[moe][errors]") {
+  std::mt19937_64 rng(32);
+  const std::vector<Tensor<double, DynShape<2>>> parts = {randn<2>(rng, {2, 3}), randn<2>(rng, {1, 3})};
+  const auto gates = randn<2>(rng, {4, 1});
+  CHECK_THROWS_WITH(moe::gated_combine(parts, {0, 0, 1}, {0, 1, 0}, gates), Catch::Contains("need 4 picks, got 3"));
+  CHECK_THROWS_WITH(moe::gated_combine(parts, {0, 0, 1, 2}, {0, 1, 0, 0}, gates),
+                    Catch::Contains("pick 3 reads row 0 of part 2, which does not exist"));
+  CHECK_THROWS_WITH(moe::gated_combine(parts, {0, 0, 1, -1}, {0, 2, 0, 0}, gates),
+                    Catch::Contains("pick 1 reads row 2 of part 0"));
+  CHECK_THROWS_WITH(moe::gated_combine(parts, {0, 0, 1, 0}, {0, 1, 0, 1}, gates),
+                    Catch::Contains("row 1 of part 0 is read by more than one pick"));
+  CHECK_THROWS_WITH(moe::gated_combine(parts, {0, -1, 1, -1}, {0, 0, 0, 0}, gates),
+                    Catch::Contains("row 1 of part 0 is read by no pick"));
+  const std::vector<Tensor<double, DynShape<2>>> ragged = {randn<2>(rng, {2, 3}), randn<2>(rng, {2, 4})};
+  CHECK_THROWS_WITH(moe::gated_combine(ragged, {0, 0, 1, 1}, {0, 1, 0, 1}, gates),
+                    Catch::Contains("part 1 [2, 4] is not 3 wide"));
+}
+
+TEST_CASE("moe_ffn: experts side by side give the values and gradients of one by one bit for bit", "[moe][threads]") {
+  // GMoE's layer in training (router noise, expert dropout, capacity with drops) at 1-3 threads: the
+  // tasks' own generators must give the masks of drawing in expert order, and the per-thread GEMMs
+  // the sums of the split ones.
+  const std::size_t threads_before = cpu_backend::num_threads();
+  for (std::size_t threads : {std::size_t(1), std::size_t(2), std::size_t(3)}) {
+    cpu_backend::set_num_threads(threads);
+    INFO("threads " << threads);
+    const index_t B = 3, T = 37, D = 24, H = 40, E = 5;
+    std::mt19937_64 init(7);
+    nn::Mlp<float> dense(D, H, nn::Activation::gelu, 1);
+    std::vector<float> w1(std::size_t(H * D)), w2(std::size_t(D * H));
+    std::normal_distribution<float> nd(0.f, 0.2f);
+    for (auto& v : w1) v = nd(init);
+    for (auto& v : w2) v = nd(init);
+    dense.fc1.weight = Tensor<float, DynShape<2>>::from_host(DynShape<2>(H, D), w1);
+    dense.fc2.weight = Tensor<float, DynShape<2>>::from_host(DynShape<2>(D, H), w2);
+    auto layer = moe::GMoEFFN<float>::from_dense(dense, moe::CosineRouter<float>::init(D, 16, E, init), 1.0);
+    layer.expert_dropout = 0.25;
+    std::vector<float> xv(std::size_t(B * T * D));
+    for (auto& v : xv) v = nd(init) * 5.f;
+    auto x = Tensor<float, DynShape<3>>::from_host(DynShape<3>(B, T, D), xv);
+    x.set_requires_grad();
+    auto run = [&](moe::ExpertThreads mode) {
+      layer.expert_threads = mode;
+      x.zero_grad();
+      nn::zero_grad(layer);
+      nn::Rng rng(5);
+      autograd::Tape tape;
+      auto noise = moe::draw_router_noise<float>(B * T, E, rng);
+      auto y = layer.forward(x, noise, &rng);
+      Tensor<float, Shape<>> loss = sum_all(y * y) + layer.aux_losses().l_aux * 0.01f;
+      autograd::backward(tape, loss);
+      std::vector<std::vector<float>> out = {y.to_vector(), x.grad().to_vector()};
+      for (auto& p : nn::named_parameters<float>(layer)) out.push_back(p.flat.grad().to_vector());
+      out.push_back({float(layer.routing.plan.dropped())});
+      return out;
+    };
+    const auto one = run(moe::ExpertThreads::one_by_one), side = run(moe::ExpertThreads::side_by_side);
+    REQUIRE(one.back()[0] > 0);  // the capacity dropped picks
+    REQUIRE(one.size() == side.size());
+    for (std::size_t i = 0; i < one.size(); ++i) {
+      REQUIRE(one[i].size() == side[i].size());
+      for (std::size_t j = 0; j < one[i].size(); ++j) REQUIRE(side[i][j] == one[i][j]);
+    }
+  }
+  cpu_backend::set_num_threads(threads_before);
 }

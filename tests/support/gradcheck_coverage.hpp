@@ -4,7 +4,8 @@
 //
 // At test time the library headers are parsed for every tape-node name an op can record: the name
 // given to `record(...)` (ops/record.hpp) or to `Recorder::push(...)` (core, expr:
-// `autograd::active_recorder()->push(...)`), whether it is a string literal at the call
+// `autograd::active_recorder()->push(...)`) or returned by the name() of a node pushed whole
+// (`Recorder::push_node`), whether it is a string literal at the call
 // (`record("matmul", ...)`, `record(Log ? "log_softmax" : "softmax", ...)`) or is forwarded through `const char* name`
 // parameters, any number of functions deep (`max` -> `extremum(x, "max")` -> `reduce_along(x, name, ...)`,
 // `layer_norm_rows(..., "grouped_layernorm")`, or a parameter's default). A name belongs to the gradcheck executable of
@@ -43,9 +44,9 @@ inline const std::set<std::string> kCoreNodeNames = {
     "matmul",  "sum",   "max",     "min",     "variance", "logsumexp",    "softmax",           "log_softmax",
     "index_select", "gather", "scatter_add", "concat", "narrow", "permute", "topk", "slice", "reshape", "clone",
     "fused_elementwise", "linear", "linear_residual", "fused_mlp", "fused_qkv_attention", "causal_gqa_attention",
-    "layer_norm"};
+    "layer_norm", "parallel_tasks"};
 /// Tape nodes recorded by include/ttmoe/moe/ code (test_moe_gradcheck's cases must check them).
-inline const std::set<std::string> kMoeNodeNames = {"grouped_layernorm", "normalized_rows_matmul"};
+inline const std::set<std::string> kMoeNodeNames = {"gated_combine", "grouped_layernorm", "normalized_rows_matmul"};
 /// Recorded but never differentiated: argmax / argmin go through the same reduction as max / min
 /// (ops/reduce.hpp), which records a node whose output (the values) the caller discards, so its VJP
 /// never runs. Listed so that the parser's view stays exact.
@@ -272,6 +273,14 @@ inline Recorded recorded_node_names(std::filesystem::path root = source_dir() / 
       pending.push_back({&h, open, first});
     }
   }
+  // Nodes pushed whole (Recorder::push_node) name themselves: `const char* name() const noexcept
+  // override { return "parallel_tasks"; }` (ops/parallel_tasks.hpp).
+  static const std::regex own_name(R"re(const\s+char\s*\*\s*name\s*\(\s*\)\s*const\s+noexcept\s+override\s*\{\s*return\s+"(\w+)"\s*;)re");
+  for (const auto& h : hs)
+    for (std::sregex_iterator it(h.text.begin(), h.text.end(), own_name), end; it != end; ++it) {
+      ++r.direct;
+      r.dirs[(*it)[1]].insert(h.dir);
+    }
   // Forwarded names: find the function owning the parameter, then that argument at every call of it
   // (or its default); a call handing on a parameter of its own queues that function in turn.
   std::set<std::pair<std::string, std::string>> forwarders_done;  // (function, parameter)

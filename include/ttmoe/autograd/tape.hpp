@@ -20,8 +20,16 @@ namespace ttmoe::autograd {
 /// Ops append to it through the Recorder base (core/recording.hpp).
 class Tape : public Recorder {
  public:
-  Tape() : previous_(recording_state().recorder) { recording_state().recorder = this; }
-  ~Tape() { recording_state().recorder = previous_; }
+  /// Tag of the constructor that does not install the tape (RecordOnto installs it for a scope).
+  struct Detached {};
+
+  Tape() : previous_(recording_state().recorder), installed_(true) { recording_state().recorder = this; }
+  /// A tape that records only inside RecordOnto scopes, possibly on several threads one after another
+  /// (ops/parallel_tasks.hpp records each task of a forward onto its own, on whichever thread runs it).
+  explicit Tape(Detached) : previous_(nullptr), installed_(false) {}
+  ~Tape() {
+    if (installed_) recording_state().recorder = previous_;
+  }
 
   /// Replays the tape in reverse after the caller seeded the root's gradient, then clears it.
   void replay_and_clear() {
@@ -57,7 +65,21 @@ class Tape : public Recorder {
 
  private:
   Recorder* previous_;
+  bool installed_;
   std::vector<std::pair<std::string, double>>* node_seconds_ = nullptr;
+};
+
+/// Makes a detached tape this thread's recorder for the scope's lifetime, then restores the previous
+/// one (recording stays subject to NoGrad scopes as usual).
+class RecordOnto {
+ public:
+  explicit RecordOnto(Tape& tape) noexcept : previous_(recording_state().recorder) { recording_state().recorder = &tape; }
+  ~RecordOnto() { recording_state().recorder = previous_; }
+  RecordOnto(const RecordOnto&) = delete;
+  RecordOnto& operator=(const RecordOnto&) = delete;
+
+ private:
+  Recorder* previous_;
 };
 
 /// The active tape (null when not recording).

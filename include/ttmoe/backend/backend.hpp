@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "ttmoe/backend/gemm_epilogue.hpp"
 #include "ttmoe/core/backend_decl.hpp"
@@ -134,6 +135,33 @@ template <class D, class T>
 concept RowGatherBackend = requires(const T* c, T* m, const std::int64_t* ci, index_t n) {
   Backend<D>::gather_rows(c, ci, m, n, n);
   Backend<D>::scatter_add_rows(m, c, ci, n, n);
+};
+
+/// Option: a mixture of experts' gated combine read straight from the experts' separate outputs, one
+/// pass each way. `gated_rows(parts, part, row, gate, out, width, n, k)`: out[i, :] = sum over j < k of
+/// gate[q] * parts[part[q]][row[q], :] with q = i k + j, rows of `width` elements, part[q] = -1 adding
+/// nothing (a dropped pick). `gated_rows_vjp(g, parts, part, row, gate, dparts, add_part, dgate,
+/// add_gate, width, n, k)`: for each pick q with part[q] = p >= 0, row row[q] of dparts[p] = gate[q] *
+/// g[i, :] (added to where add_part[p]), and dgate[q] = g[i, :] . parts[p][row[q], :] (0 for a dropped
+/// pick; added to where add_gate); a null dparts[p] or dgate is skipped. Every row of every part is
+/// read by exactly one pick, so each part's gradient is written whole. `parts`, `dparts` and
+/// `add_part` are host arrays (of device pointers). moe::gated_combine uses them; backends without
+/// them get concat, index_select and an elementwise product, with the same results.
+template <class D, class T>
+concept GatedRowsBackend = requires(const T* const* cp, T* const* mp, const std::int64_t* ci, const T* c, T* m,
+                                    const bool* f, index_t n, bool b) {
+  Backend<D>::gated_rows(cp, ci, ci, c, m, n, n, n);
+  Backend<D>::gated_rows_vjp(c, cp, ci, ci, c, mp, f, m, b, n, n, n);
+};
+
+/// Option: independent host tasks side by side (`run_tasks(n, task)` runs task(i) for every i in [0, n),
+/// each free host thread taking the next index in order, each task's own kernels running serially on
+/// its thread; `task_threads()`: how many run at once). ops/parallel_tasks.hpp runs and replays
+/// recorded tasks with them; backends without them (a GPU's one stream) run the tasks one by one.
+template <class D>
+concept TaskParallelBackend = requires(index_t n, const std::function<void(index_t)>& task) {
+  { Backend<D>::task_threads() } -> std::convertible_to<index_t>;
+  Backend<D>::run_tasks(n, task);
 };
 
 /// Option: a GEMM that finishes its output with a GemmEpilogue (bias, residual, activation Act or its

@@ -59,6 +59,10 @@ class Recorder {
                                                                              std::forward<F>(f)));
   }
 
+  /// Appends a node that decides for itself what its run() does (ops/parallel_tasks.hpp's node, which
+  /// replays several tapes side by side).
+  void push_node(std::unique_ptr<Node> node) { nodes_.push_back(std::move(node)); }
+
  protected:
   Recorder() = default;
   ~Recorder() = default;

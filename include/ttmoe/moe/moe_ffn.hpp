@@ -10,14 +10,14 @@
 //
 // Data flow, chosen so that the cost is one GEMM per expert and layer (fc1, fc2) and O(N k Dm) copies:
 //   - dispatch: each expert gathers its kept tokens with one index_select and runs its MLP on them as
-//     one [n_e, Dm] batch (never token by token);
-//   - combine: the expert outputs are concatenated (plus one zero row standing for dropped picks) and
-//     ONE index_select brings them back in (token, pick) order [N * k, Dm]; the gates multiply them
-//     (one elementwise pass) and, for k > 1, a sum over the pick axis adds the k picks. Scattering
+//     one [n_e, Dm] batch (never token by token); the experts run one after another with each GEMM
+//     split over the threads, or whole experts side by side when they spread evenly over the threads
+//     (expert_schedule.hpp), forward and backward;
+//   - combine: ONE gated_combine (gated_combine.hpp) reads each (token, pick)'s row of its expert's
+//     output, times its gate, summed over the picks: one pass each way on backends with gated rows,
+//     else the experts' outputs stacked, read back in (token, pick) order and multiplied. Scattering
 //     each expert's rows into a zero [N, Dm] output instead would copy the whole output once per
-//     expert (O(E N Dm)) and need an [n_e, Dm] index per expert. (index_select itself still expands
-//     its [m] row index to one int64 per element inside ops/indexing.hpp; a row-gather kernel there
-//     would remove that for every caller.)
+//     expert (O(E N Dm)).
 // The routing decisions (picks, slots) are made on the host from two small tensors ([N, k] indices
 // and priorities), which is what lets the layer run unchanged on any device.
 
@@ -29,10 +29,13 @@
 #include "ttmoe/moe/aux_losses.hpp"
 #include "ttmoe/moe/capacity.hpp"
 #include "ttmoe/moe/cosine_router.hpp"
+#include "ttmoe/moe/expert_schedule.hpp"
+#include "ttmoe/moe/gated_combine.hpp"
 #include "ttmoe/moe/router.hpp"
 #include "ttmoe/nn/dropout.hpp"
 #include "ttmoe/nn/mlp.hpp"
 #include "ttmoe/ops/indexing.hpp"
+#include "ttmoe/ops/parallel_tasks.hpp"
 #include "ttmoe/ops/reduce.hpp"
 
 namespace ttmoe::moe {
@@ -88,6 +91,9 @@ struct MoEFFN {
   /// Dropout on each expert's hidden activations, fc2(dropout(act(fc1(x)))), in training only (GMoE:
   /// 0.1, Tutel's activation_fn Dropout(GELU)); applied when forward is given a generator.
   double expert_dropout = 0.0;
+
+  /// How the experts share the host's threads (expert_schedule.hpp); the results are the same.
+  ExpertThreads expert_threads = ExpertThreads::automatic;
 
   MoEFFNRouting<T, D> routing;  ///< of the last forward
 
@@ -178,33 +184,48 @@ struct MoEFFN {
         r.push_back(n);
       }
 
-    // One batched MLP per expert over its gathered tokens.
-    std::vector<Tensor<T, DynShape<2>, D>> parts;
-    std::vector<std::int64_t> offset(E, 0);
-    std::int64_t kept_rows = 0;
+    // One batched MLP per expert over its gathered tokens: the gathers here (their backwards add into
+    // x's one gradient), the experts one after another or side by side (expert_schedule.hpp).
+    std::vector<Tensor<T, DynShape<2>, D>> inputs(E), outputs(E);
+    std::vector<index_t> tokens(E);
     for (index_t e = 0; e < E; ++e) {
-      if (rows[e].empty()) continue;
-      const index_t ne = index_t(rows[e].size());
-      auto ridx = IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(ne), rows[e]);
-      parts.push_back(run_expert(e, index_select(xf, ridx), dropout_rng));
-      offset[e] = kept_rows;
-      kept_rows += ne;
+      tokens[e] = index_t(rows[e].size());
+      if (tokens[e] > 0)
+        inputs[e] = index_select(xf, IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(tokens[e]), rows[e]));
     }
-    // Row kept_rows is zero: where every dropped pick reads from.
-    parts.push_back(Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(1, Dm)));
-    std::vector<std::int64_t> src(N * k);
-    for (index_t q = 0; q < N * k; ++q)
-      src[q] = routing.plan.kept[q] ? offset[routing.top_index[q]] + pos[q] : kept_rows;
-    auto stacked = concat<0>(parts);  // [kept_rows + 1, Dm]
-    auto picked = index_select(stacked, IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(N * k), src));  // [N*k, Dm]
-
-    Tensor<T, DynShape<2>, D> y;
-    if (k == 1) {
-      y = Tensor<T, DynShape<2>, D>(picked * routing.out.top_gates);  // [N, Dm] * [N, 1]
-    } else {
-      auto g3 = routing.out.top_gates.reshape(DynShape<3>(N, k, 1));
-      y = sum<1>(picked.reshape(DynShape<3>(N, k, Dm)) * g3);  // [N, k, Dm] gated picks, summed over k
+    // Expert e's dropout draws from its own copy of the generator, which then advances by the one draw
+    // a mask takes: the masks are those of drawing in expert order, whichever thread runs an expert.
+    std::vector<nn::Rng> expert_rng(dropout_rng != nullptr && expert_dropout > 0.0 ? std::size_t(E) : 0);
+    for (index_t e = 0; e < index_t(expert_rng.size()); ++e)
+      if (tokens[e] > 0) {
+        expert_rng[e] = *dropout_rng;
+        dropout_rng->discard(1);
+      }
+    auto run = [&](index_t e) { outputs[e] = run_expert(e, inputs[e], expert_rng.empty() ? nullptr : &expert_rng[e]); };
+    const ExpertSchedule schedule = schedule_experts(tokens, task_threads<D>());
+    if (expert_threads == ExpertThreads::side_by_side ||
+        (expert_threads == ExpertThreads::automatic && schedule.side_by_side))
+      run_recorded_tasks<D>(index_t(schedule.longest_first.size()),
+                            [&](index_t i) { run(schedule.longest_first[std::size_t(i)]); });
+    else
+      for (index_t e = 0; e < E; ++e)
+        if (tokens[e] > 0) run(e);
+    // Combine: each (token, pick) reads its row of its expert's output, times its gate (gated_combine:
+    // one pass each way where the backend has gated rows).
+    std::vector<Tensor<T, DynShape<2>, D>> parts;
+    std::vector<std::int64_t> part_of(E, -1);
+    for (index_t e = 0; e < E; ++e)
+      if (tokens[e] > 0) {
+        part_of[e] = std::int64_t(parts.size());
+        parts.push_back(std::move(outputs[e]));
+      }
+    std::vector<std::int64_t> part(N * k), row(N * k);
+    for (index_t q = 0; q < N * k; ++q) {
+      part[q] = routing.plan.kept[q] ? part_of[routing.top_index[q]] : -1;
+      row[q] = routing.plan.kept[q] ? pos[q] : 0;
     }
+    const Tensor<T, DynShape<2>, D> y = parts.empty() ? Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(N, Dm))  // N = 0
+                                                      : gated_combine(parts, part, row, routing.out.top_gates);
     return y.reshape(DynShape<3>(B, Tn, Dm));
   }
 

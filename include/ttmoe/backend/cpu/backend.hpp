@@ -11,6 +11,7 @@
 #include "ttmoe/backend/cpu/linear_bf16.hpp"
 #include "ttmoe/backend/cpu/norm.hpp"
 #include "ttmoe/backend/cpu/reduce.hpp"
+#include "ttmoe/backend/cpu/thread_pool.hpp"
 #include "ttmoe/core/device.hpp"
 
 namespace ttmoe {
@@ -22,14 +23,15 @@ struct Backend<cpu> : cpu_backend::ElementwiseKernels,
                       cpu_backend::ReduceKernels,
                       cpu_backend::IndexKernels,
                       cpu_backend::NormKernels,
-                      cpu_backend::AttentionKernels {};
+                      cpu_backend::AttentionKernels,
+                      cpu_backend::TaskKernels {};
 
 static_assert(BackendFor<cpu, float> && BackendFor<cpu, double>, "ttmoe: Backend<cpu> misses a required kernel");
 // The CPU's fast paths: losing one would silently fall back to the composed ops.
 static_assert(FusedAttentionBackend<cpu, float> && FusedPackedAttentionBackend<cpu, float> &&
                   FusedCausalAttentionBackend<cpu, float> &&
                   FusedCausalAttentionBackend<cpu, double> && FusedCachedAttentionBackend<cpu, float> &&
-                  GemmEpilogueBackend<cpu, float>,
-              "ttmoe: Backend<cpu> lost a fused attention or its GEMM epilogue");
+                  GemmEpilogueBackend<cpu, float> && TaskParallelBackend<cpu>,
+              "ttmoe: Backend<cpu> lost a fused attention, its GEMM epilogue or its task runner");
 
 }  // namespace ttmoe

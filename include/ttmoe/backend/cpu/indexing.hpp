@@ -12,6 +12,24 @@
 
 namespace ttmoe::cpu_backend {
 
+namespace detail {
+/// a . b over n elements with 16 partial sums (lane u adds the products of elements 16 s + u in order
+/// of s, then the lanes and the tail are added in order): independent chains the compiler turns into
+/// one vector of sums, where a single running sum would wait on every add.
+template <class T>
+T row_dot(const T* a, const T* b, index_t n) {
+  constexpr index_t L = 16;
+  T lanes[L] = {};
+  index_t c = 0;
+  for (; c + L <= n; c += L)
+    for (index_t u = 0; u < L; ++u) lanes[u] += a[c + u] * b[c + u];
+  T sum = T(0);
+  for (index_t u = 0; u < L; ++u) sum += lanes[u];
+  for (; c < n; ++c) sum += a[c] * b[c];
+  return sum;
+}
+}  // namespace detail
+
 /// Gathers, copies and selections.
 struct IndexKernels {
   /// out[o, j, i] = x[o, idx[o, j, i], i] for j < m.
@@ -49,6 +67,62 @@ struct IndexKernels {
         T* d = dx + static_cast<index_t>(idx[j]) * row;
         const T* s = g + j * row;
         for (index_t i = c0; i < c1; ++i) d[i] += s[i];
+      }
+    });
+  }
+
+  /// out[i, :] = sum over j < k of gate[q] * parts[part[q]][row[q], :], q = i k + j (part -1: nothing),
+  /// rows of `width` elements: a mixture of experts' combine in one pass (GatedRowsBackend).
+  template <class T>
+  static void gated_rows(const T* const* parts, const std::int64_t* part, const std::int64_t* row, const T* gate,
+                         T* out, index_t width, index_t n, index_t k) {
+    parallel_for(n, std::max<index_t>(1, 8192 / std::max<index_t>(1, width * k)), [&](index_t b, index_t e) {
+      for (index_t i = b; i < e; ++i) {
+        T* o = out + i * width;
+        bool written = false;
+        for (index_t q = i * k; q < (i + 1) * k; ++q) {
+          if (part[q] < 0) continue;
+          const T w = gate[q];
+          const T* x = parts[part[q]] + static_cast<index_t>(row[q]) * width;
+          if (written)
+            for (index_t c = 0; c < width; ++c) o[c] += w * x[c];
+          else
+            for (index_t c = 0; c < width; ++c) o[c] = w * x[c];
+          written = true;
+        }
+        if (!written) std::fill(o, o + width, T(0));
+      }
+    });
+  }
+
+  /// gated_rows' VJP in one pass over the picks: row row[q] of dparts[part[q]] = gate[q] g[q / k, :]
+  /// (added where add_part[part[q]]), dgate[q] = g[q / k, :] . that row of the part (0 for a dropped
+  /// pick; added where add_gate); null targets skipped (GatedRowsBackend).
+  template <class T>
+  static void gated_rows_vjp(const T* g, const T* const* parts, const std::int64_t* part, const std::int64_t* row,
+                             const T* gate, T* const* dparts, const bool* add_part, T* dgate, bool add_gate,
+                             index_t width, index_t n, index_t k) {
+    parallel_for(n * k, std::max<index_t>(1, 8192 / std::max<index_t>(1, width)), [&](index_t b, index_t e) {
+      for (index_t q = b; q < e; ++q) {
+        const T* gi = g + q / k * width;
+        const std::int64_t p = part[q];
+        if (p < 0) {
+          if (dgate && !add_gate) dgate[q] = T(0);
+          continue;
+        }
+        const index_t r = static_cast<index_t>(row[q]) * width;
+        if (T* d = dparts ? dparts[p] : nullptr) {
+          const T w = gate[q];
+          d += r;
+          if (add_part[p])
+            for (index_t c = 0; c < width; ++c) d[c] += w * gi[c];
+          else
+            for (index_t c = 0; c < width; ++c) d[c] = w * gi[c];
+        }
+        if (dgate) {
+          const T dot = detail::row_dot(gi, parts[p] + r, width);
+          dgate[q] = add_gate ? dgate[q] + dot : dot;
+        }
       }
     });
   }

@@ -250,4 +250,16 @@ inline void set_num_threads(std::size_t n) { ThreadPool::instance().set_num_thre
 /// Number of threads ttmoe uses on the CPU.
 inline std::size_t num_threads() { return ThreadPool::instance().num_threads(); }
 
+/// Backend<cpu>'s task runner (backend/backend.hpp, TaskParallelBackend): independent tasks over the
+/// pool, each thread taking the next index from a shared counter; inside a task every parallel loop
+/// and GEMM runs serially on that task's thread (nested calls do).
+struct TaskKernels {
+  /// Tasks that run at once: the pool's threads.
+  static index_t task_threads() { return index_t(num_threads()); }
+  /// task(i) for every i in [0, n); returns when all have run (a task's exception is rethrown here).
+  static void run_tasks(index_t n, const std::function<void(index_t)>& task) {
+    ThreadPool::instance().parallel_items(n, [&] { return [&](index_t i) { task(i); }; });
+  }
+};
+
 }  // namespace ttmoe::cpu_backend
