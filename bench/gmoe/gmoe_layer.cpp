@@ -2,7 +2,8 @@
 // sizes: 384 wide, MLP 1536; tokens = images x 197). The MoE side is a training step's layer work:
 // router noise drawn, cosine router, top-1 (gate not renormalised), capacity factor 1.5 with
 // batch-prioritised dropping, 6 experts upcycled from the dense FFN, expert dropout 0.1, the residual
-// add, and 0.01 * l_aux in the loss. The dense side is the block's fused fc2(gelu(fc1(x))) + residual.
+// add (inside the combine's pass, as the GMoE model's blocks add it), and 0.01 * l_aux in the loss.
+// The dense side is the block's fused fc2(gelu(fc1(x))) + residual.
 // Both sides reduce their output against the same upstream tensor and run the tape backward; runs
 // alternate (dense, MoE) so the drift of a shared machine hits both. Prints (medians over runs):
 //   gmoe_dense_ffn_fwd_bwd_ms: X
@@ -86,7 +87,10 @@ int main(int argc, char** argv) {
   const auto up = random_tokens(index_t(images), T, Dm, 5, false);
   const index_t N = index_t(images) * T;
 
+  // Each step starts from no input gradient, as a block's input (an activation) does in a model, so
+  // neither side adds into a gradient left by the step before.
   auto dense_step = [&] {
+    x.zero_grad();
     autograd::Tape tape;
     Tokens y = dense(x, x);
     Tensor<float, Shape<>> loss = sum_all(y * up);
@@ -94,9 +98,10 @@ int main(int argc, char** argv) {
   };
   std::int64_t dropped = 0;
   auto moe_step = [&] {
+    x.zero_grad();
     autograd::Tape tape;
     auto noise = moe::draw_router_noise<float>(N, E, rng);
-    Tokens y = x + moe.forward(x, noise, &rng);
+    Tokens y = moe.forward(x, noise, &rng, x);  // x + MoE(x), the residual added in the combine's pass
     Tensor<float, Shape<>> loss = sum_all(y * up) + moe.aux_losses().l_aux * 0.01f;
     autograd::backward(tape, loss);
     dropped = moe.routing.plan.dropped();

@@ -16,6 +16,7 @@
 #include "parity.hpp"
 #include "ttmoe/moe/capacity.hpp"
 #include "ttmoe/moe/cosine_router.hpp"
+#include "ttmoe/moe/dispatch_rows.hpp"
 #include "ttmoe/moe/expert_schedule.hpp"
 #include "ttmoe/moe/gated_combine.hpp"
 #include "ttmoe/moe/lora.hpp"
@@ -545,4 +546,17 @@ TEST_CASE("moe_ffn: experts side by side give the values and gradients of one by
     }
   }
   cpu_backend::set_num_threads(threads_before);
+}
+
+TEST_CASE("dispatch_rows names the pick that disagrees with the experts' rows", "[moe][errors]") {
+  std::mt19937_64 rng(33);
+  const auto x = randn<2>(rng, {3, 2});
+  const std::vector<std::vector<std::int64_t>> rows = {{0, 2}, {1}};
+  CHECK(moe::dispatch_rows(x, rows, {0, 1, 0}, {0, 0, 1}, 1).size() == 2);
+  CHECK_THROWS_WITH(moe::dispatch_rows(x, rows, {0, 1}, {0, 0}, 1), Catch::Contains("need as many parts and rows, got 2"));
+  CHECK_THROWS_WITH(moe::dispatch_rows(x, rows, {0, 1, 1}, {0, 0, 1}, 1),
+                    Catch::Contains("pick 2 (expert 1, row 1) is not token 2's place"));
+  CHECK_THROWS_WITH(moe::dispatch_rows(x, rows, {0, 1, 0}, {1, 0, 0}, 1), Catch::Contains("pick 0 (expert 0, row 1)"));
+  CHECK_THROWS_WITH(moe::dispatch_rows(x, rows, {0, 1, -1}, {0, 0, 0}, 1),
+                    Catch::Contains("the experts list 3 rows but 2 picks are kept"));
 }

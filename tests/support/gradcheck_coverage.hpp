@@ -46,7 +46,8 @@ inline const std::set<std::string> kCoreNodeNames = {
     "fused_elementwise", "linear", "linear_residual", "fused_mlp", "fused_qkv_attention", "causal_gqa_attention",
     "layer_norm", "parallel_tasks"};
 /// Tape nodes recorded by include/ttmoe/moe/ code (test_moe_gradcheck's cases must check them).
-inline const std::set<std::string> kMoeNodeNames = {"gated_combine", "grouped_layernorm", "normalized_rows_matmul"};
+inline const std::set<std::string> kMoeNodeNames = {"dispatch_rows", "gated_combine", "grouped_layernorm",
+                                                    "normalized_rows_matmul"};
 /// Recorded but never differentiated: argmax / argmin go through the same reduction as max / min
 /// (ops/reduce.hpp), which records a node whose output (the values) the caller discards, so its VJP
 /// never runs. Listed so that the parser's view stays exact.

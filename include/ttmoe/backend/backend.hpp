@@ -138,9 +138,10 @@ concept RowGatherBackend = requires(const T* c, T* m, const std::int64_t* ci, in
 };
 
 /// Option: a mixture of experts' gated combine read straight from the experts' separate outputs, one
-/// pass each way. `gated_rows(parts, part, row, gate, out, width, n, k)`: out[i, :] = sum over j < k of
-/// gate[q] * parts[part[q]][row[q], :] with q = i k + j, rows of `width` elements, part[q] = -1 adding
-/// nothing (a dropped pick). `gated_rows_vjp(g, parts, part, row, gate, dparts, add_part, dgate,
+/// pass each way. `gated_rows(parts, part, row, gate, residual, out, width, n, k)`: out[i, :] =
+/// residual[i, :] (a null residual: 0) + sum over j < k of gate[q] * parts[part[q]][row[q], :] with
+/// q = i k + j, rows of `width` elements, part[q] = -1 or a null part adding nothing (a dropped pick),
+/// a null gate meaning all ones, out possibly the residual itself. `gated_rows_vjp(g, parts, part, row, gate, dparts, add_part, dgate,
 /// add_gate, width, n, k)`: for each pick q with part[q] = p >= 0, row row[q] of dparts[p] = gate[q] *
 /// g[i, :] (added to where add_part[p]), and dgate[q] = g[i, :] . parts[p][row[q], :] (0 for a dropped
 /// pick; added to where add_gate); a null dparts[p] or dgate is skipped. Every row of every part is
@@ -150,8 +151,18 @@ concept RowGatherBackend = requires(const T* c, T* m, const std::int64_t* ci, in
 template <class D, class T>
 concept GatedRowsBackend = requires(const T* const* cp, T* const* mp, const std::int64_t* ci, const T* c, T* m,
                                     const bool* f, index_t n, bool b) {
-  Backend<D>::gated_rows(cp, ci, ci, c, m, n, n, n);
+  Backend<D>::gated_rows(cp, ci, ci, c, c, m, n, n, n);
   Backend<D>::gated_rows_vjp(c, cp, ci, ci, c, mp, f, m, b, n, n, n);
+};
+
+/// Option: moe::normalized_rows_matmul's VJP in one pass over h (`normalized_rows_matmul_vjp(g, h, c,
+/// out, r, N, K, E, eps, dh, add_h, dc, add_c)`: for out = (h c) / r, h [N, K], c [K, E], r [N] the
+/// rows' norms clamped at eps: dh = (g / r) c^T - h coef, coef[n] = (g[n] . out[n]) / r[n]^2 where r[n]
+/// > eps, else 0; dc = h^T (g / r); null targets skipped, add_*: add instead of storing). Backends
+/// without it get two GEMMs and elementwise passes, with the same results up to rounding.
+template <class D, class T>
+concept NormalizedRowsBackend = requires(const T* c, T* m, index_t n, T s, bool b) {
+  Backend<D>::normalized_rows_matmul_vjp(c, c, c, c, c, n, n, n, s, m, b, m, b);
 };
 
 /// Option: independent host tasks side by side (`run_tasks(n, task)` runs task(i) for every i in [0, n),

@@ -124,9 +124,13 @@ struct GMoEVisionTransformer {
       Noise z;
       if (!noise.empty()) z = noise[m];
       else if (training && config.gate_noise > 0) z = moe::draw_router_noise<T, D>(N, layer.num_experts(), rng);
-      const Tokens f = layer.forward(b.norm2(h), z, training ? &rng : nullptr);
+      if (dp <= 0.0) {  // the skip connection added inside the MoE's combine pass
+        x = layer.forward(b.norm2(h), z, training ? &rng : nullptr, h);
+      } else {
+        const Tokens f = layer.forward(b.norm2(h), z, &rng);
+        x = h + nn::drop_path(f, dp, training, rng);
+      }
       ++m;
-      x = h + nn::drop_path(f, dp, training, rng);
     }
     // LayerNorm is per token: normalising only the class token gives the same logits.
     Tokens cls = dense_last ? class_token_tail(x) : vit.norm(Tokens(narrow<1>(x, 0, 1)));

@@ -27,7 +27,8 @@ Tensor<T, DynShape<2>, D> l2_normalize(const Tensor<T, DynShape<2>, D>& x, doubl
 /// router (N = tokens, K = 256, E = 6) normalising h first wrote and re-read a normalised copy of the
 /// [N, K] projection and took a dozen elementwise and reduction passes over it, forward and backward,
 /// about a third of the router's time beside its projection GEMM; here only the norms (one reduction),
-/// a GEMM with E columns, and in the backward two GEMMs and one row-scaled add touch [N, K] data.
+/// a GEMM with E columns, and in the backward ONE pass over h for both gradients on backends with
+/// NormalizedRowsBackend (else two GEMMs and one row-scaled add).
 /// VJP (g [N, E], out = (h @ c) / r): dc = h^T (g / r); dh = (g / r) c^T - h * a_n / r_n^2 with
 /// a_n = sum_e g_ne out_ne, the second term only where ||h_n|| > eps (the clamp passes no gradient).
 template <class T, class D>
@@ -50,6 +51,13 @@ Tensor<T, DynShape<2>, D> normalized_rows_matmul(const Tensor<T, DynShape<2>, D>
     const auto h_values = h.detach(), c_values = c.detach();
     record("normalized_rows_matmul", out, [=](const T* gp) {
       // The [N, E] gradient as a tensor for the small elementwise steps (a copy: N x E values).
+      if constexpr (NormalizedRowsBackend<D, T>) {  // one pass over h for both gradients
+        const auto th = mh ? mh->target() : autograd::GradTarget<T>{nullptr, false};
+        const auto tc = mc ? mc->target() : autograd::GradTarget<T>{nullptr, false};
+        Backend<D>::normalized_rows_matmul_vjp(gp, h_values.data(), c_values.data(), values.data(), r.data(), N, K, E,
+                                               T(eps), th.data, !th.fresh, tc.data, !tc.fresh);
+        return;
+      }
       Tensor<T, DynShape<2>, D> g(DynShape<2>(N, E));
       D::template copy<T>(g.data(), gp, N * E);
       Tensor<T, DynShape<2>, D> gr = g / r;

@@ -62,13 +62,19 @@ void check_gated_combine(const std::vector<Tensor<T, DynShape<2>, D>>& parts, co
 /// [rows_p, D] and picks in (token, pick) order, part[q] = -1 for a dropped pick (adds nothing).
 /// Every row of every part must be read by exactly one pick (an MoE layer's experts each hold their
 /// kept picks once). Throws ValueError / ShapeError naming the first pick or part that breaks this.
+/// A defined `residual` [N, D] is added in the same pass (r + y: a block's skip connection; its
+/// gradient is the output's, handed on without a copy where possible).
 template <class T, class D>
 Tensor<T, DynShape<2>, D> gated_combine(const std::vector<Tensor<T, DynShape<2>, D>>& parts,
                                         const std::vector<std::int64_t>& part, const std::vector<std::int64_t>& row,
-                                        const Tensor<T, DynShape<2>, D>& gates) {
+                                        const Tensor<T, DynShape<2>, D>& gates,
+                                        const Tensor<T, DynShape<2>, D>& residual = {}) {
   if (parts.empty()) throw ValueError("gated_combine: no parts");
   const index_t N = gates.extent(0), k = gates.extent(1), width = parts[0].extent(1);
   detail::check_gated_combine(parts, part, row, N * k, width);
+  if (residual.defined() && (residual.extent(0) != N || residual.extent(1) != width))
+    throw ShapeError("gated_combine: the residual " + residual.shape().to_string() + " is not [" + std::to_string(N) +
+                     ", " + std::to_string(width) + "]");
   if constexpr (!GatedRowsBackend<D, T>) {
     // The composition: the parts stacked with one zero row that dropped picks read, the picks read back
     // in (token, pick) order, times the gates, summed over the picks.
@@ -80,8 +86,12 @@ Tensor<T, DynShape<2>, D> gated_combine(const std::vector<Tensor<T, DynShape<2>,
     for (std::size_t q = 0; q < part.size(); ++q)
       src[q] = part[q] < 0 ? offset.back() : offset[std::size_t(part[q])] + row[q];
     auto picked = index_select(concat<0>(stack), IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(N * k), src));
-    if (k == 1) return Tensor<T, DynShape<2>, D>(picked * gates);
-    return sum<1>(picked.reshape(DynShape<3>(N, k, width)) * gates.reshape(DynShape<3>(N, k, 1)));
+    Tensor<T, DynShape<2>, D> y;
+    if (k == 1)
+      y = Tensor<T, DynShape<2>, D>(picked * gates);
+    else
+      y = sum<1>(picked.reshape(DynShape<3>(N, k, width)) * gates.reshape(DynShape<3>(N, k, 1)));
+    return residual.defined() ? Tensor<T, DynShape<2>, D>(residual + y) : y;
   } else {
     const auto part_t = IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(N * k), part);
     const auto row_t = IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(N * k), row);
@@ -92,17 +102,19 @@ Tensor<T, DynShape<2>, D> gated_combine(const std::vector<Tensor<T, DynShape<2>,
       parts_need_grad = parts_need_grad || parts[p].requires_grad();
     }
     Tensor<T, DynShape<2>, D> out(DynShape<2>(N, width));
-    Backend<D>::gated_rows(in.data(), part_t.data(), row_t.data(), gates.data(), out.data(), width, N, k);
-    if (autograd::is_recording() && (parts_need_grad || gates.requires_grad())) {
+    Backend<D>::gated_rows(in.data(), part_t.data(), row_t.data(), gates.data(), residual.defined() ? residual.data() : nullptr,
+                           out.data(), width, N, k);
+    if (autograd::is_recording() && (parts_need_grad || gates.requires_grad() || residual.requires_grad())) {
       std::vector<std::shared_ptr<autograd::GradMeta<T, D>>> metas(parts.size());
       for (std::size_t p = 0; p < parts.size(); ++p) metas[p] = parts[p].meta();
       auto mg = gates.meta();
+      auto mr = residual.defined() ? residual.meta() : nullptr;
       // The parts' values are read for the gates' gradient, the gates' for the parts'.
       std::vector<Tensor<T, DynShape<2>, D>> values;
       if (mg)
         for (const auto& x : parts) values.push_back(x.detach());
       const auto gate_values = parts_need_grad ? gates.detach() : Tensor<T, DynShape<2>, D>();
-      record("gated_combine", out, [=](const T* g) {
+      record_with_output("gated_combine", out, [=](const T* g, auto& o) {
         std::vector<const T*> x(values.size());
         for (std::size_t p = 0; p < values.size(); ++p) x[p] = values[p].data();
         std::vector<T*> dx(metas.size(), nullptr);
@@ -117,6 +129,7 @@ Tensor<T, DynShape<2>, D> gated_combine(const std::vector<Tensor<T, DynShape<2>,
         Backend<D>::gated_rows_vjp(g, mg ? x.data() : nullptr, part_t.data(), row_t.data(),
                                    parts_need_grad ? gate_values.data() : nullptr, parts_need_grad ? dx.data() : nullptr,
                                    add.get(), tg.data, !tg.fresh, width, N, k);
+        if (mr) pass_gradient(*mr, o, g, N * width);  // last: the residual may take g's buffer over
       });
     }
     return out;

@@ -9,8 +9,8 @@
 // Tutel). A token whose picks are all dropped outputs 0: the residual connection lives outside.
 //
 // Data flow, chosen so that the cost is one GEMM per expert and layer (fc1, fc2) and O(N k Dm) copies:
-//   - dispatch: each expert gathers its kept tokens with one index_select and runs its MLP on them as
-//     one [n_e, Dm] batch (never token by token); the experts run one after another with each GEMM
+//   - dispatch: each expert's kept tokens are gathered into one [n_e, Dm] batch (dispatch_rows.hpp:
+//     one backward pass adds all batches' gradients back) and its MLP runs on them (never token by token); the experts run one after another with each GEMM
 //     split over the threads, or whole experts side by side when they spread evenly over the threads
 //     (expert_schedule.hpp), forward and backward;
 //   - combine: ONE gated_combine (gated_combine.hpp) reads each (token, pick)'s row of its expert's
@@ -21,6 +21,7 @@
 // The routing decisions (picks, slots) are made on the host from two small tensors ([N, k] indices
 // and priorities), which is what lets the layer run unchanged on any device.
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <string>
@@ -29,6 +30,7 @@
 #include "ttmoe/moe/aux_losses.hpp"
 #include "ttmoe/moe/capacity.hpp"
 #include "ttmoe/moe/cosine_router.hpp"
+#include "ttmoe/moe/dispatch_rows.hpp"
 #include "ttmoe/moe/expert_schedule.hpp"
 #include "ttmoe/moe/gated_combine.hpp"
 #include "ttmoe/moe/router.hpp"
@@ -153,11 +155,17 @@ struct MoEFFN {
 
   /// y [B, T, D] for x [B, T, D]; all B*T tokens compete for capacity in one call. `noise` [B*T, E]
   /// ~ N(0, 1) in training (the router scales it by gate_noise / E), undefined for evaluation.
-  /// `dropout_rng` non-null means training: expert_dropout masks are drawn from it.
+  /// `dropout_rng` non-null means training: expert_dropout masks are drawn from it. A defined
+  /// `residual` [B, T, D] (the block's skip connection) is added inside the combine's pass: residual
+  /// + y without a pass of its own each way, and where it is x itself, x's gradient is gathered in
+  /// one buffer without a zero fill or a final add.
   Tensor<T, DynShape<3>, D> forward(const Tensor<T, DynShape<3>, D>& x, const Tensor<T, DynShape<2>, D>& noise = {},
-                                    nn::Rng* dropout_rng = nullptr) {
+                                    nn::Rng* dropout_rng = nullptr, const Tensor<T, DynShape<3>, D>& residual = {}) {
     const index_t B = x.extent(0), Tn = x.extent(1), Dm = x.extent(2), N = B * Tn;
     validate(Dm);
+    if (residual.defined() && residual.extents() != x.extents())
+      throw ShapeError("MoEFFN: the residual " + residual.shape().to_string() + " is not shaped like x " +
+                       x.shape().to_string());
     const index_t E = num_experts();
     auto xf = x.reshape(DynShape<2>(N, Dm));
     routing.out = router.forward(xf, noise);
@@ -184,15 +192,19 @@ struct MoEFFN {
         r.push_back(n);
       }
 
-    // One batched MLP per expert over its gathered tokens: the gathers here (their backwards add into
-    // x's one gradient), the experts one after another or side by side (expert_schedule.hpp).
-    std::vector<Tensor<T, DynShape<2>, D>> inputs(E), outputs(E);
+    // One batched MLP per expert over its gathered tokens: the gathers here, one recorded node whose
+    // backward sums the batches' gradients into x's (dispatch_rows.hpp), the experts one after another
+    // or side by side (expert_schedule.hpp).
+    std::vector<std::int64_t> expert_of(N * k);
+    for (index_t q = 0; q < N * k; ++q) expert_of[q] = routing.plan.kept[q] ? routing.top_index[q] : -1;
+    const std::vector<std::int64_t> row = [&] {
+      std::vector<std::int64_t> r(pos);
+      for (auto& v : r) v = std::max<std::int64_t>(v, 0);  // a dropped pick's row is never read
+      return r;
+    }();
+    std::vector<Tensor<T, DynShape<2>, D>> inputs = dispatch_rows(xf, rows, expert_of, row, k), outputs(E);
     std::vector<index_t> tokens(E);
-    for (index_t e = 0; e < E; ++e) {
-      tokens[e] = index_t(rows[e].size());
-      if (tokens[e] > 0)
-        inputs[e] = index_select(xf, IndexTensor<DynShape<1>, D>::from_host(DynShape<1>(tokens[e]), rows[e]));
-    }
+    for (index_t e = 0; e < E; ++e) tokens[e] = index_t(rows[e].size());
     // Expert e's dropout draws from its own copy of the generator, which then advances by the one draw
     // a mask takes: the masks are those of drawing in expert order, whichever thread runs an expert.
     std::vector<nn::Rng> expert_rng(dropout_rng != nullptr && expert_dropout > 0.0 ? std::size_t(E) : 0);
@@ -219,13 +231,17 @@ struct MoEFFN {
         part_of[e] = std::int64_t(parts.size());
         parts.push_back(std::move(outputs[e]));
       }
-    std::vector<std::int64_t> part(N * k), row(N * k);
-    for (index_t q = 0; q < N * k; ++q) {
-      part[q] = routing.plan.kept[q] ? part_of[routing.top_index[q]] : -1;
-      row[q] = routing.plan.kept[q] ? pos[q] : 0;
-    }
-    const Tensor<T, DynShape<2>, D> y = parts.empty() ? Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(N, Dm))  // N = 0
-                                                      : gated_combine(parts, part, row, routing.out.top_gates);
+    std::vector<std::int64_t> part(N * k);
+    for (index_t q = 0; q < N * k; ++q) part[q] = expert_of[q] < 0 ? -1 : part_of[expert_of[q]];
+    const bool self_residual = residual.defined() && residual.data() == x.data() && residual.meta() == x.meta();
+    const Tensor<T, DynShape<2>, D> rf = !residual.defined() ? Tensor<T, DynShape<2>, D>()
+                                         : self_residual     ? xf
+                                                             : residual.reshape(DynShape<2>(N, Dm));
+    Tensor<T, DynShape<2>, D> y;
+    if (!parts.empty())
+      y = gated_combine(parts, part, row, routing.out.top_gates, rf);
+    else  // N = 0
+      y = rf.defined() ? rf : Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(N, Dm));
     return y.reshape(DynShape<3>(B, Tn, Dm));
   }
 

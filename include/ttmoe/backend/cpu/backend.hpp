@@ -10,6 +10,7 @@
 #include "ttmoe/backend/cpu/indexing.hpp"
 #include "ttmoe/backend/cpu/linear_bf16.hpp"
 #include "ttmoe/backend/cpu/norm.hpp"
+#include "ttmoe/backend/cpu/normalized_rows.hpp"
 #include "ttmoe/backend/cpu/reduce.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 #include "ttmoe/core/device.hpp"
@@ -23,6 +24,7 @@ struct Backend<cpu> : cpu_backend::ElementwiseKernels,
                       cpu_backend::ReduceKernels,
                       cpu_backend::IndexKernels,
                       cpu_backend::NormKernels,
+                      cpu_backend::NormalizedRowsKernels,
                       cpu_backend::AttentionKernels,
                       cpu_backend::TaskKernels {};
 
@@ -31,7 +33,8 @@ static_assert(BackendFor<cpu, float> && BackendFor<cpu, double>, "ttmoe: Backend
 static_assert(FusedAttentionBackend<cpu, float> && FusedPackedAttentionBackend<cpu, float> &&
                   FusedCausalAttentionBackend<cpu, float> &&
                   FusedCausalAttentionBackend<cpu, double> && FusedCachedAttentionBackend<cpu, float> &&
-                  GemmEpilogueBackend<cpu, float> && TaskParallelBackend<cpu>,
-              "ttmoe: Backend<cpu> lost a fused attention, its GEMM epilogue or its task runner");
+                  GemmEpilogueBackend<cpu, float> && TaskParallelBackend<cpu> && GatedRowsBackend<cpu, float> &&
+                  NormalizedRowsBackend<cpu, float>,
+              "ttmoe: Backend<cpu> lost a fused attention, its GEMM epilogue, its task runner or an MoE kernel");
 
 }  // namespace ttmoe

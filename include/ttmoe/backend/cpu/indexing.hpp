@@ -71,18 +71,20 @@ struct IndexKernels {
     });
   }
 
-  /// out[i, :] = sum over j < k of gate[q] * parts[part[q]][row[q], :], q = i k + j (part -1: nothing),
-  /// rows of `width` elements: a mixture of experts' combine in one pass (GatedRowsBackend).
+  /// out[i, :] = residual[i, :] (null: 0) + sum over j < k of gate[q] * parts[part[q]][row[q], :],
+  /// q = i k + j (part -1 or a null part: nothing; a null gate: 1), rows of `width` elements: a
+  /// mixture of experts' combine in one pass (GatedRowsBackend). out may be residual (in place).
   template <class T>
   static void gated_rows(const T* const* parts, const std::int64_t* part, const std::int64_t* row, const T* gate,
-                         T* out, index_t width, index_t n, index_t k) {
+                         const T* residual, T* out, index_t width, index_t n, index_t k) {
     parallel_for(n, std::max<index_t>(1, 8192 / std::max<index_t>(1, width * k)), [&](index_t b, index_t e) {
       for (index_t i = b; i < e; ++i) {
         T* o = out + i * width;
-        bool written = false;
+        if (residual && residual != out) std::copy(residual + i * width, residual + (i + 1) * width, o);
+        bool written = residual != nullptr;
         for (index_t q = i * k; q < (i + 1) * k; ++q) {
-          if (part[q] < 0) continue;
-          const T w = gate[q];
+          if (part[q] < 0 || !parts[part[q]]) continue;
+          const T w = gate ? gate[q] : T(1);
           const T* x = parts[part[q]] + static_cast<index_t>(row[q]) * width;
           if (written)
             for (index_t c = 0; c < width; ++c) o[c] += w * x[c];
