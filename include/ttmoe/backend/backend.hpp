@@ -155,13 +155,15 @@ concept GatedRowsBackend = requires(const T* const* cp, T* const* mp, const std:
   Backend<D>::gated_rows_vjp(c, cp, ci, ci, c, mp, f, m, b, n, n, n);
 };
 
-/// Option: moe::normalized_rows_matmul's VJP in one pass over h (`normalized_rows_matmul_vjp(g, h, c,
-/// out, r, N, K, E, eps, dh, add_h, dc, add_c)`: for out = (h c) / r, h [N, K], c [K, E], r [N] the
-/// rows' norms clamped at eps: dh = (g / r) c^T - h coef, coef[n] = (g[n] . out[n]) / r[n]^2 where r[n]
-/// > eps, else 0; dc = h^T (g / r); null targets skipped, add_*: add instead of storing). Backends
-/// without it get two GEMMs and elementwise passes, with the same results up to rounding.
+/// Option: moe::normalized_rows_matmul and its VJP, each in one pass over h
+/// (`normalized_rows_matmul(h, c, out, r, N, K, E, eps)`: out = (h c) / r for h [N, K], c [K, E], r [N]
+/// the rows' norms clamped at eps, both written; `normalized_rows_matmul_vjp(g, h, c, out, r, N, K, E,
+/// eps, dh, add_h, dc, add_c)`: dh = (g / r) c^T - h coef, coef[n] = (g[n] . out[n]) / r[n]^2 where
+/// r[n] > eps, else 0; dc = h^T (g / r); null targets skipped, add_*: add instead of storing). Backends
+/// without them get a reduction, GEMMs and elementwise passes, with the same results up to rounding.
 template <class D, class T>
 concept NormalizedRowsBackend = requires(const T* c, T* m, index_t n, T s, bool b) {
+  Backend<D>::normalized_rows_matmul(c, c, m, m, n, n, n, s);
   Backend<D>::normalized_rows_matmul_vjp(c, c, c, c, c, n, n, n, s, m, b, m, b);
 };
 

@@ -26,9 +26,9 @@ Tensor<T, DynShape<2>, D> l2_normalize(const Tensor<T, DynShape<2>, D>& x, doubl
 /// r = max(||h_n||, eps) per row: the cosine router's similarity. Why not the composition: for GMoE's
 /// router (N = tokens, K = 256, E = 6) normalising h first wrote and re-read a normalised copy of the
 /// [N, K] projection and took a dozen elementwise and reduction passes over it, forward and backward,
-/// about a third of the router's time beside its projection GEMM; here only the norms (one reduction),
-/// a GEMM with E columns, and in the backward ONE pass over h for both gradients on backends with
-/// NormalizedRowsBackend (else two GEMMs and one row-scaled add).
+/// about a third of the router's time beside its projection GEMM; here ONE pass over h each way on
+/// backends with NormalizedRowsBackend (the norms with the E dot products; both gradients), else the
+/// norms (one reduction) and a GEMM with E columns, and two GEMMs and one row-scaled add backward.
 /// VJP (g [N, E], out = (h @ c) / r): dc = h^T (g / r); dh = (g / r) c^T - h * a_n / r_n^2 with
 /// a_n = sum_e g_ne out_ne, the second term only where ||h_n|| > eps (the clamp passes no gradient).
 template <class T, class D>
@@ -39,7 +39,11 @@ Tensor<T, DynShape<2>, D> normalized_rows_matmul(const Tensor<T, DynShape<2>, D>
                      " do not chain ([N, K] and [K, E])");
   const index_t N = h.extent(0), K = h.extent(1), E = c.extent(1);
   Tensor<T, DynShape<2>, D> norm, r, out;
-  {
+  if constexpr (NormalizedRowsBackend<D, T>) {  // one pass over h (the VJP below needs r, not norm)
+    r = Tensor<T, DynShape<2>, D>(DynShape<2>(N, 1));
+    out = Tensor<T, DynShape<2>, D>(DynShape<2>(N, E));
+    Backend<D>::normalized_rows_matmul(h.data(), c.data(), out.data(), r.data(), N, K, E, T(eps));
+  } else {
     autograd::NoGrad ng;  // one op on the tape: its VJP below
     norm = sqrt(sum<1, true>(square(h)));  // [N, 1]
     r = maximum(norm, T(eps));

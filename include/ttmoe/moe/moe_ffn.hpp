@@ -6,13 +6,14 @@
 //
 // Output of token n: sum over its kept picks j of gate[n, j] * expert_{e_j}(x_n), gate = the picked
 // probability (renormalised over the k picks when the router says so, before any pick is dropped, as
-// Tutel). A token whose picks are all dropped outputs 0: the residual connection lives outside.
+// Tutel). A token whose picks are all dropped outputs 0 (its residual, when forward is given one).
 //
 // Data flow, chosen so that the cost is one GEMM per expert and layer (fc1, fc2) and O(N k Dm) copies:
 //   - dispatch: each expert's kept tokens are gathered into one [n_e, Dm] batch (dispatch_rows.hpp:
-//     one backward pass adds all batches' gradients back) and its MLP runs on them (never token by token); the experts run one after another with each GEMM
-//     split over the threads, or whole experts side by side when they spread evenly over the threads
-//     (expert_schedule.hpp), forward and backward;
+//     one backward pass adds all batches' gradients back) and its MLP runs on them, never token by
+//     token; the experts run one after another with each GEMM split over the threads, or whole
+//     experts side by side when they spread evenly over the threads (expert_schedule.hpp), forward
+//     and backward;
 //   - combine: ONE gated_combine (gated_combine.hpp) reads each (token, pick)'s row of its expert's
 //     output, times its gate, summed over the picks: one pass each way on backends with gated rows,
 //     else the experts' outputs stacked, read back in (token, pick) order and multiplied. Scattering

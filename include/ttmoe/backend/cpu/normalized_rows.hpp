@@ -1,20 +1,41 @@
 #pragma once
-// The VJP of moe::normalized_rows_matmul (the cosine router's similarity, out = (h c) / r with r the
-// rows' clamped norms) in ONE pass over h: each row's dh and its share of dc from the same read.
+// moe::normalized_rows_matmul (the cosine router's similarity, out = (h c) / r with r the rows'
+// clamped norms) and its VJP, each in ONE pass over h: the forward's norms and dot products, the
+// VJP's dh and each row's share of dc, from the same read.
 // Why: composed of ops it was a GEMM for dc reading h, a GEMM writing dh, the radial term written as
 // a tensor of h's size and added into dh: four passes over an [N, K] array (GMoE-S/16: 6.4 MB per
 // MoE layer) where the arithmetic is 2 E multiply-adds per element (E = 6 experts).
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <vector>
 
+#include "ttmoe/backend/cpu/indexing.hpp"
 #include "ttmoe/backend/cpu/thread_pool.hpp"
 
 namespace ttmoe::cpu_backend {
 
 /// Backend<cpu>'s NormalizedRowsBackend (backend/backend.hpp).
 struct NormalizedRowsKernels {
+  /// out [N, E] = (h c) / r and r [N] = max(||h_n||, eps) for h [N, K] and c [K, E], one pass over h
+  /// (each row's squared norm and its E dot products from the same read; a GEMM with E = 6 columns
+  /// runs the packed kernel's 48-wide tile at 1/8 of its width, after a separate pass for the norms).
+  template <class T>
+  static void normalized_rows_matmul(const T* h, const T* c, T* out, T* r, index_t N, index_t K, index_t E, T eps) {
+    std::vector<T> ct(std::size_t(E * K));
+    for (index_t k = 0; k < K; ++k)
+      for (index_t e = 0; e < E; ++e) ct[std::size_t(e * K + k)] = c[k * E + e];
+    parallel_for(N, std::max<index_t>(1, 16384 / std::max<index_t>(1, K * (E + 1))), [&](index_t b, index_t end) {
+      for (index_t n = b; n < end; ++n) {
+        const T* hn = h + n * K;
+        const T rn = std::max(std::sqrt(detail::row_dot(hn, hn, K)), eps);
+        r[n] = rn;
+        for (index_t e = 0; e < E; ++e) out[n * E + e] = detail::row_dot(hn, ct.data() + e * K, K) / rn;
+      }
+    });
+  }
+
   /// For g = d out [N, E], h [N, K], c [K, E], out [N, E] and r [N] (the clamped row norms): dh [N, K]
   /// = (g / r) c^T - h coef with coef[n] = (g[n] . out[n]) / r[n]^2 where r[n] > eps, else 0; dc [K, E]
   /// = h^T (g / r). Null targets are skipped; add_*: add instead of storing. Rows are split over the
