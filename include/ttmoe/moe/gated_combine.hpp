@@ -118,7 +118,7 @@ Tensor<T, DynShape<2>, D> gated_combine(const std::vector<Tensor<T, DynShape<2>,
         std::vector<const T*> x(values.size());
         for (std::size_t p = 0; p < values.size(); ++p) x[p] = values[p].data();
         std::vector<T*> dx(metas.size(), nullptr);
-        std::unique_ptr<bool[]> add(new bool[metas.size()]());
+        const auto add = std::make_unique<bool[]>(metas.size());  // all false
         for (std::size_t p = 0; p < metas.size(); ++p)
           if (metas[p]) {
             const auto t = metas[p]->target();

@@ -22,7 +22,6 @@
 // The routing decisions (picks, slots) are made on the host from two small tensors ([N, k] indices
 // and priorities), which is what lets the layer run unchanged on any device.
 
-#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <string>
@@ -198,12 +197,8 @@ struct MoEFFN {
     // or side by side (expert_schedule.hpp).
     std::vector<std::int64_t> expert_of(N * k);
     for (index_t q = 0; q < N * k; ++q) expert_of[q] = routing.plan.kept[q] ? routing.top_index[q] : -1;
-    const std::vector<std::int64_t> row = [&] {
-      std::vector<std::int64_t> r(pos);
-      for (auto& v : r) v = std::max<std::int64_t>(v, 0);  // a dropped pick's row is never read
-      return r;
-    }();
-    std::vector<Tensor<T, DynShape<2>, D>> inputs = dispatch_rows(xf, rows, expert_of, row, k), outputs(E);
+    // (A dropped pick's pos is -1; neither the dispatch nor the combine reads it.)
+    std::vector<Tensor<T, DynShape<2>, D>> inputs = dispatch_rows(xf, rows, expert_of, pos, k), outputs(E);
     std::vector<index_t> tokens(E);
     for (index_t e = 0; e < E; ++e) tokens[e] = index_t(rows[e].size());
     // Expert e's dropout draws from its own copy of the generator, which then advances by the one draw
@@ -240,7 +235,7 @@ struct MoEFFN {
                                                              : residual.reshape(DynShape<2>(N, Dm));
     Tensor<T, DynShape<2>, D> y;
     if (!parts.empty())
-      y = gated_combine(parts, part, row, routing.out.top_gates, rf);
+      y = gated_combine(parts, part, pos, routing.out.top_gates, rf);
     else  // N = 0
       y = rf.defined() ? rf : Tensor<T, DynShape<2>, D>::zeros(DynShape<2>(N, Dm));
     return y.reshape(DynShape<3>(B, Tn, Dm));
